@@ -1,0 +1,208 @@
+"""Multi-head and grouped-query causal self-attention with a hook on every intermediate.
+
+Two paths compute the same thing. The explicit path materialises `attn_scores` and
+`pattern` (softmax in float32, HF eager semantics); the fast path calls
+`scaled_dot_product_attention`. `attn_implementation="auto"` takes the fast path while
+nothing observes `hook_attn_scores` or `hook_pattern`, so caching or hooking a pattern
+switches that layer to the explicit path for that call only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jaxtyping import Float
+
+from components.forward_state import ForwardState
+from components.norms import RMSNorm
+from components.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookPoint
+
+
+def head_major(n_heads: int, d_in: int, d_out: int, dtype) -> torch.Tensor:
+    """An empty `[n_heads, d_in, d_out]` tensor stored as `[d_in, n_heads, d_out]`.
+
+    The TransformerLens shape, laid out so `W.permute(1, 0, 2).reshape(d_in, -1)` is a
+    free view and the projection of all heads is one matmul, as in HuggingFace.
+    """
+    return torch.empty(d_in, n_heads, d_out, dtype=dtype).permute(1, 0, 2)
+
+
+def project(
+    x: Float[torch.Tensor, "batch pos d_model"] | Float[torch.Tensor, "batch pos head d_model"],
+    W: Float[torch.Tensor, "head d_model d_head"],
+    b: Float[torch.Tensor, "head d_head"],
+) -> Float[torch.Tensor, "batch pos head d_head"]:
+    """`x @ W[h] + b[h]` for every head h; x is shared by all heads, or has one copy per head."""
+    n_heads, d_model, d_head = W.shape
+    if x.ndim == 4:  # split-input mode: [batch, pos, head, d_model]
+        return torch.einsum("bphd,hde->bphe", x, W) + b
+    flat = torch.addmm(b.reshape(-1), x.reshape(-1, d_model), W.permute(1, 0, 2).reshape(d_model, -1))
+    return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
+
+
+class Attention(nn.Module):
+    """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads."""
+
+    def __init__(self, cfg: HookedTransformerConfig, layer: int = 0):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        H, d, dh, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.dtype
+        self.W_Q = nn.Parameter(head_major(H, d, dh, dt))
+        self.b_Q = nn.Parameter(torch.zeros(H, dh, dtype=dt))
+        self._init_kv(cfg)
+        self.W_O = nn.Parameter(torch.empty(H, dh, d, dtype=dt))
+        self.b_O = nn.Parameter(torch.zeros(d, dtype=dt))
+        scale = cfg.attn_scale * (layer + 1 if cfg.scale_attn_by_inverse_layer_idx else 1)
+        self.scale = 1.0 / scale
+        is_local = cfg.attn_types_or_global[layer] == "local"
+        self.window = cfg.window_size if is_local else None
+        if cfg.use_qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(cfg, dh), RMSNorm(cfg, dh)
+        self.rotary = cfg.positional_embedding_type == "rotary"
+        if self.rotary:
+            base = cfg.rotary_base_local if is_local and cfg.rotary_base_local else cfg.rotary_base
+            inv_freq = rotary_inv_freq(cfg.rotary_dim, base, cfg.rotary_scaling)
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
+            self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head]
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_k = HookPoint()  # [batch, pos, kv_head, d_head]
+        self.hook_v = HookPoint()  # [batch, pos, kv_head, d_head]
+        self.hook_attn_scores = HookPoint(pos_axis=2)  # [batch, head, query_pos, key_pos]
+        self.hook_pattern = HookPoint(pos_axis=2)  # [batch, head, query_pos, key_pos]
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint(requires="use_attn_result")  # [batch, pos, head, d_model]
+
+    def _init_kv(self, cfg: HookedTransformerConfig) -> None:
+        H, d, dh, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.dtype
+        self.W_K, self.W_V = nn.Parameter(head_major(H, d, dh, dt)), nn.Parameter(head_major(H, d, dh, dt))
+        self.b_K, self.b_V = nn.Parameter(torch.zeros(H, dh, dtype=dt)), nn.Parameter(torch.zeros(H, dh, dtype=dt))
+
+    def kv_weights(self, n_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(W_K, b_K, W_V, b_V)` with `n_heads` heads."""
+        return self.W_K, self.b_K, self.W_V, self.b_V
+
+    def ungroup(self, x: Float[torch.Tensor, "batch pos kv_head d_head"]) -> torch.Tensor:
+        """Repeat key/value heads up to `n_heads` (identity for multi-head attention)."""
+        return x
+
+    @property
+    def QK(self):
+        from hooked.factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self):
+        from hooked.factored_matrix import FactoredMatrix
+
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def forward(
+        self,
+        query_input: Float[torch.Tensor, "batch pos d_model"] | Float[torch.Tensor, "batch pos head d_model"],
+        key_input: torch.Tensor,
+        value_input: torch.Tensor,
+        state: ForwardState,
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
+        cfg = self.cfg
+        kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
+        W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
+        q = self.hook_q(project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
+        k = project(key_input, W_K, b_K)  # [batch, pos, kv_head, d_head]
+        v = project(value_input, W_V, b_V)  # [batch, pos, kv_head, d_head]
+        if cfg.ungroup_grouped_query_attention:
+            k, v = self.ungroup(k), self.ungroup(v)
+        k, v = self.hook_k(k), self.hook_v(v)
+        if cfg.clip_qkv is not None:
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
+        if cfg.use_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary:
+            cos, sin = state.memo(("rotary", self.inv_freq.data_ptr()), lambda: self._cos_sin(state, q.dtype))
+            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
+            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
+        if state.past_kv_cache is not None:
+            k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
+        # [batch, head, pos, d_head] for the attention matmuls
+        q, k, v = q.transpose(1, 2), self.ungroup(k).transpose(1, 2), self.ungroup(v).transpose(1, 2)
+        if self._use_sdpa():
+            z = self._attend_sdpa(q, k, v, state)
+        else:
+            z = self._attend_explicit(q, k, v, state)
+        z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
+        return self._output(z)
+
+    def _cos_sin(self, state: ForwardState, dtype):
+        return rotary_cos_sin(state.positions, self.inv_freq, self.cfg.rotary_adjacent_pairs, dtype)
+
+    def _use_sdpa(self) -> bool:
+        return (
+            self.cfg.attn_implementation == "auto"
+            and self.cfg.attn_scores_soft_cap <= 0
+            and not self.hook_attn_scores._fwd_fns
+            and not self.hook_pattern._fwd_fns
+            and not self.hook_attn_scores._bwd_fns
+            and not self.hook_pattern._bwd_fns
+        )
+
+    def _attend_sdpa(self, q, k, v, state: ForwardState) -> Float[torch.Tensor, "batch head pos d_head"]:
+        mask, is_causal = state.sdpa_mask(self.window)
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale)
+        valid = state.valid_queries(self.window)
+        return z if valid is None else torch.where(valid, z, 0.0)
+
+    def _attend_explicit(self, q, k, v, state: ForwardState) -> Float[torch.Tensor, "batch head pos d_head"]:
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [batch, head, q_pos, k_pos]
+        if self.cfg.attn_scores_soft_cap > 0:
+            cap = self.cfg.attn_scores_soft_cap
+            scores = cap * torch.tanh(scores / cap)
+        allowed = state.allowed(self.window)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        scores = self.hook_attn_scores(scores)
+        pattern = torch.softmax(scores.float(), dim=-1)
+        valid = state.valid_queries(self.window)
+        if valid is not None:  # rows with no visible key are 0, not NaN
+            pattern = torch.where(valid, pattern, 0.0)
+        pattern = self.hook_pattern(pattern.to(v.dtype))  # [batch, head, q_pos, k_pos]
+        return torch.matmul(pattern, v)
+
+    def _output(self, z: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        if self.cfg.use_attn_result:
+            result = self.hook_result(torch.einsum("bphe,hed->bphd", z, self.W_O))  # [batch, pos, head, d_model]
+            return result.sum(-2) + self.b_O
+        flat = torch.addmm(self.b_O, z.reshape(-1, z.shape[-2] * z.shape[-1]), self.W_O.reshape(-1, self.W_O.shape[-1]))
+        return flat.view(*z.shape[:2], -1)  # [batch, pos, d_model]
+
+
+class GroupedQueryAttention(Attention):
+    """Attention whose `n_key_value_heads` K/V heads are each shared by a group of query heads.
+
+    K/V weights are stored at `n_key_value_heads` (`_W_K`, `_W_V`, `_b_K`, `_b_V`);
+    the `W_K`/`W_V`/`b_K`/`b_V` properties repeat them up to `n_heads`.
+    """
+
+    def _init_kv(self, cfg: HookedTransformerConfig) -> None:
+        Hkv, d, dh, dt = cfg.n_key_value_heads, cfg.d_model, cfg.d_head, cfg.dtype
+        self.repeats = cfg.n_heads // Hkv
+        self._W_K, self._W_V = nn.Parameter(head_major(Hkv, d, dh, dt)), nn.Parameter(head_major(Hkv, d, dh, dt))
+        self._b_K, self._b_V = nn.Parameter(torch.zeros(Hkv, dh, dtype=dt)), nn.Parameter(torch.zeros(Hkv, dh, dtype=dt))
+
+    W_K = property(lambda self: self._W_K.repeat_interleave(self.repeats, dim=0))
+    W_V = property(lambda self: self._W_V.repeat_interleave(self.repeats, dim=0))
+    b_K = property(lambda self: self._b_K.repeat_interleave(self.repeats, dim=0))
+    b_V = property(lambda self: self._b_V.repeat_interleave(self.repeats, dim=0))
+
+    def kv_weights(self, n_heads: int):
+        if n_heads == self.cfg.n_heads:
+            return self.W_K, self.b_K, self.W_V, self.b_V
+        return self._W_K, self._b_K, self._W_V, self._b_V
+
+    def ungroup(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[2] == self.cfg.n_heads:
+            return x
+        return x.repeat_interleave(self.repeats, dim=2)

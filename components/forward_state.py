@@ -1,0 +1,78 @@
+"""`ForwardState`: what every layer needs to know about the current forward call.
+
+The model builds one per call and publishes it as `model.forward_state`, so hooks can
+read the padding mask, positions and generation step of the call they fire in.
+Attention masks are built here, per call and lazily, never as an `n_ctx²` buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from jaxtyping import Bool, Int
+
+
+@dataclass
+class ForwardState:
+    """Masks, positions and KV cache of one forward call.
+
+    Attributes:
+        attention_mask: `[batch, n_keys]`, 1 for real tokens over all keys (cached +
+            new), or None when nothing is padded.
+        positions: `[batch or 1, n_queries]` position ids of the new tokens.
+        n_queries, n_keys: new positions in this call; cached + new positions.
+        causal: False for bidirectional attention.
+        step: 0 for a prefill, t for the t-th generated token.
+        past_kv_cache: the `HookedTransformerKeyValueCache` in use, if any.
+        tokens: the input tokens, when the call started from tokens.
+    """
+
+    attention_mask: Int[torch.Tensor, "batch n_keys"] | None
+    positions: Int[torch.Tensor, "batch n_queries"]
+    n_queries: int
+    n_keys: int
+    causal: bool = True
+    step: int = 0
+    past_kv_cache: Any = None
+    tokens: Int[torch.Tensor, "batch n_queries"] | None = None
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """Compute something once per call (rotary tables, masks) and share it across layers."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def allowed(self, window: int | None = None) -> Bool[torch.Tensor, "batch 1 n_queries n_keys"] | None:
+        """Which keys each query may attend to (True = attend); None when all may."""
+        return self.memo(("allowed", window), lambda: self._build_allowed(window))
+
+    def _build_allowed(self, window: int | None):
+        device = self.positions.device
+        # Queries are the last n_queries of the n_keys columns.
+        q_col = torch.arange(self.n_keys - self.n_queries, self.n_keys, device=device)[:, None]  # [q, 1]
+        k_col = torch.arange(self.n_keys, device=device)[None, :]  # [1, k]
+        allowed = None
+        if self.causal and self.n_queries > 1 or window is not None:
+            allowed = k_col <= q_col if self.causal else torch.ones_like(k_col <= q_col)
+            if window is not None:
+                allowed = allowed & (k_col > q_col - window)
+            allowed = allowed[None, None]  # [1, 1, q, k]
+        if self.attention_mask is not None:
+            keys = self.attention_mask.bool()[:, None, None, :]  # [batch, 1, 1, k]
+            allowed = keys if allowed is None else allowed & keys
+        return allowed
+
+    def sdpa_mask(self, window: int | None = None) -> tuple[torch.Tensor | None, bool]:
+        """`(attn_mask, is_causal)` for `scaled_dot_product_attention`."""
+        if self.causal and window is None and self.attention_mask is None and self.n_queries == self.n_keys:
+            return None, self.n_queries > 1
+        return self.allowed(window), False
+
+    def valid_queries(self, window: int | None = None) -> Bool[torch.Tensor, "batch 1 n_queries 1"] | None:
+        """False for queries that see no key at all (left-padding positions); None if every query sees one."""
+        if self.attention_mask is None:
+            return None
+        return self.memo(("valid", window), lambda: self.allowed(window).any(-1, keepdim=True))

@@ -1,0 +1,62 @@
+"""Feed-forward layers: dense (`act(x W_in + b_in) W_out`) and gated (SwiGLU / GeGLU)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+
+from components.activations import get_activation
+from components.norms import LayerNorm
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookPoint
+
+
+def linear(x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_out"], b) -> torch.Tensor:
+    """`x @ W + b` as one fused matmul over all leading axes."""
+    return torch.addmm(b, x.reshape(-1, x.shape[-1]), W).view(*x.shape[:-1], W.shape[-1])
+
+
+class MLP(nn.Module):
+    """Dense MLP: `hook_pre = x W_in + b_in`, `hook_post = act(pre)`, out `post W_out + b_out`."""
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__()
+        d, dm, dt = cfg.d_model, cfg.d_mlp, cfg.dtype
+        self.W_in = nn.Parameter(torch.empty(d, dm, dtype=dt))
+        self.b_in = nn.Parameter(torch.zeros(dm, dtype=dt))
+        self.W_out = nn.Parameter(torch.empty(dm, d, dtype=dt))
+        self.b_out = nn.Parameter(torch.zeros(d, dtype=dt))
+        self.act_fn = get_activation(cfg.act_fn)
+        self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
+        self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+        if cfg.act_fn == "solu_ln":
+            self.hook_mid = HookPoint()  # [batch, pos, d_mlp]
+            self.ln = LayerNorm(cfg, dm)
+
+    def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+        pre = self.hook_pre(linear(x, self.W_in, self.b_in))
+        if hasattr(self, "ln"):  # solu_ln: normalize the SoLU output
+            return self.ln(self.hook_mid(self.act_fn(pre)))
+        return self.act_fn(pre)
+
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        post = self.hook_post(self.activate(x))  # [batch, pos, d_mlp]
+        return linear(post, self.W_out, self.b_out)
+
+
+class GatedMLP(MLP):
+    """Gated MLP: `post = act(x W_gate + b_gate) * (x W_in + b_in)`, as in HF's LLaMA.
+
+    `hook_pre` is the gate before the activation and `hook_pre_linear` the linear branch.
+    """
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__(cfg)
+        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype))
+        self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp, dtype=cfg.dtype))
+        self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp]
+
+    def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+        gate = self.hook_pre(linear(x, self.W_gate, self.b_gate))
+        return self.act_fn(gate) * self.hook_pre_linear(linear(x, self.W_in, self.b_in))

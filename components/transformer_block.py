@@ -1,0 +1,97 @@
+"""One transformer block: attention and MLP sublayers reading from and writing to the residual stream."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+
+from components.attention import Attention, GroupedQueryAttention
+from components.forward_state import ForwardState
+from components.mlp import MLP, GatedMLP
+from components.norms import make_norm
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookPoint
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block, sequential (`resid_mid` between sublayers), parallel, or attention-only.
+
+    `ln1` runs once per block. In split-input mode (`use_split_qkv_input`) the per-head
+    copies of the residual for q, k and v are concatenated on the head axis and
+    normalized in that one call.
+    """
+
+    def __init__(self, cfg: HookedTransformerConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.ln1 = make_norm(cfg)
+        attn_cls = GroupedQueryAttention if cfg.n_key_value_heads is not None else Attention
+        self.attn = attn_cls(cfg, layer)
+        if cfg.use_normalization_before_and_after:
+            self.ln1_post = make_norm(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+        self.hook_attn_in = HookPoint(requires="use_attn_in")  # [batch, pos, head, d_model]
+        self.hook_q_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, head, d_model]
+        self.hook_k_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
+        self.hook_v_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
+        self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
+        if not cfg.attn_only:
+            self.ln2 = make_norm(cfg)
+            self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
+            if cfg.use_normalization_before_and_after:
+                self.ln2_post = make_norm(cfg)
+            self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
+            self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+            if not cfg.parallel_attn_mlp:
+                self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def forward(
+        self,
+        resid_pre: Float[torch.Tensor, "batch pos d_model"],
+        state: ForwardState,
+        shortformer_pos_embed: Float[torch.Tensor, "batch pos d_model"] | None = None,
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
+        resid_pre = self.hook_resid_pre(resid_pre)
+        attn_out = self.hook_attn_out(self._attention(resid_pre, state, shortformer_pos_embed))
+        if self.cfg.attn_only:
+            return self.hook_resid_post(resid_pre + attn_out)
+        if self.cfg.parallel_attn_mlp:
+            return self.hook_resid_post(resid_pre + attn_out + self._mlp(resid_pre))
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)
+        return self.hook_resid_post(resid_mid + self._mlp(resid_mid))
+
+    def _attention(self, resid, state, shortformer_pos_embed) -> Float[torch.Tensor, "batch pos d_model"]:
+        cfg = self.cfg
+        if cfg.use_split_qkv_input:
+            kv_heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+            streams = [
+                self.hook_q_input(_per_head(resid, cfg.n_heads)),  # [batch, pos, head, d_model]
+                self.hook_k_input(_per_head(resid, kv_heads)),  # [batch, pos, kv_head, d_model]
+                self.hook_v_input(_per_head(resid, kv_heads)),  # [batch, pos, kv_head, d_model]
+            ]
+            normed = self.ln1(torch.cat(streams, dim=2))  # [batch, pos, head + 2 kv_head, d_model]
+            q_in, k_in, v_in = normed.split([cfg.n_heads, kv_heads, kv_heads], dim=2)
+        elif cfg.use_attn_in:
+            q_in = k_in = v_in = self.ln1(self.hook_attn_in(_per_head(resid, cfg.n_heads)))
+        else:
+            q_in = k_in = v_in = self.ln1(resid)
+        if shortformer_pos_embed is not None:
+            pos = shortformer_pos_embed if q_in.ndim == 3 else shortformer_pos_embed[:, :, None]
+            q_in, k_in = q_in + pos, k_in + pos
+        out = self.attn(q_in, k_in, v_in, state)
+        return self.ln1_post(out) if self.cfg.use_normalization_before_and_after else out
+
+    def _mlp(self, mlp_in: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        if self.cfg.use_hook_mlp_in:
+            mlp_in = self.hook_mlp_in(mlp_in.clone())
+        out = self.mlp(self.ln2(mlp_in))
+        if self.cfg.use_normalization_before_and_after:
+            out = self.ln2_post(out)
+        return self.hook_mlp_out(out)
+
+
+def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torch.Tensor, "batch pos head d_model"]:
+    """n independent copies of the residual, one per head, so hooks can edit each head's input."""
+    return x.unsqueeze(2).repeat(1, 1, n, 1)

@@ -1,0 +1,93 @@
+"""`ActivationCache`: the activations of one forward pass, indexed by hook name or shorthand."""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import torch
+
+from hooked.utils import get_act_name
+
+logger = logging.getLogger(__name__)
+
+
+class ActivationCache:
+    """A read-only mapping from hook names to cached activations, with TransformerLens shorthands.
+
+    `cache["pattern", 0]`, `cache["resid_pre", -1]`, `cache["k6"]` and
+    `cache["scale4ln1"]` all go through `get_act_name`; negative layers count from the
+    end. `tokens` and `attention_mask` are those of the cached forward (None if unknown).
+    """
+
+    def __init__(self, cache_dict: dict[str, torch.Tensor], model, has_batch_dim: bool = True):
+        self.cache_dict = cache_dict
+        self.model = model
+        self.has_batch_dim = has_batch_dim
+        self.tokens: torch.Tensor | None = None
+        self.attention_mask: torch.Tensor | None = None
+
+    # -- mapping -------------------------------------------------------------------
+    def _key(self, key) -> str:
+        if isinstance(key, str):
+            return key if key in self.cache_dict else get_act_name(key)
+        if isinstance(key, tuple):
+            name, *rest = key
+            if rest and isinstance(rest[0], int) and rest[0] < 0:
+                rest[0] = self.model.cfg.n_layers + rest[0]
+            return get_act_name(name, *rest)
+        raise TypeError(f"Cache keys are str or tuple, got {type(key).__name__}")
+
+    def __getitem__(self, key) -> torch.Tensor:
+        name = self._key(key)
+        if name not in self.cache_dict:
+            raise KeyError(
+                f"{name!r} (from key {key!r}) is not in the cache. It holds {len(self.cache_dict)} activations; "
+                "pass names_filter=None to run_with_cache to cache every hook."
+            )
+        return self.cache_dict[name]
+
+    def __contains__(self, key) -> bool:
+        return self._key(key) in self.cache_dict
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache_dict)
+
+    def __len__(self) -> int:
+        return len(self.cache_dict)
+
+    def keys(self):
+        return self.cache_dict.keys()
+
+    def values(self):
+        return self.cache_dict.values()
+
+    def items(self):
+        return self.cache_dict.items()
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self.cache_dict)}"
+
+    # -- batch and device ----------------------------------------------------------
+    def remove_batch_dim(self) -> ActivationCache:
+        """Drop the batch axis in place; needs batch size 1."""
+        if not self.has_batch_dim:
+            logger.warning("remove_batch_dim: the cache has no batch axis already")
+            return self
+        for name, t in self.cache_dict.items():
+            if t.shape[0] != 1:
+                raise ValueError(f"remove_batch_dim needs batch size 1, but {name} has batch {t.shape[0]}")
+            self.cache_dict[name] = t[0]
+        self.has_batch_dim = False
+        return self
+
+    def to(self, device, move_model: bool = False) -> ActivationCache:
+        if move_model:
+            logger.warning("ActivationCache.to(move_model=True) is deprecated; move the model yourself")
+            self.model.to(device)
+        self.cache_dict = {k: v.to(device) for k, v in self.cache_dict.items()}
+        return self
+
+    def toggle_autodiff(self, mode: bool = False) -> None:
+        logger.warning("toggle_autodiff sets torch's global grad mode to %s", mode)
+        torch.set_grad_enabled(mode)

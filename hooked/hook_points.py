@@ -1,0 +1,405 @@
+"""Hook machinery: identity modules that user functions can read and rewrite.
+
+Every activation of a `HookedTransformer` passes through a `HookPoint`. A hook is a
+function `fn(tensor, *, hook: HookPoint) -> Tensor | None`: returning a tensor replaces
+the activation downstream, returning `None` keeps it (in-place edits included).
+`HookedRootModule` finds the hook points by name and adds, nests and removes hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal, Sequence, Union
+
+import torch
+import torch.nn as nn
+from torch.utils.hooks import RemovableHandle
+
+logger = logging.getLogger(__name__)
+
+HookFunction = Callable[..., Union[torch.Tensor, None]]
+NameFilter = Union[str, Sequence[str], Callable[[str], bool], None]
+Direction = Literal["fwd", "bwd", "both"]
+
+
+class HookShapeError(ValueError):
+    """A hook returned a tensor whose shape differs from the activation it replaces."""
+
+
+class HookNotEnabledError(AssertionError):
+    """A hook was asked for on an optional hook point whose config flag is off."""
+
+
+@dataclass
+class LensHandle:
+    """A hook that is attached to a HookPoint, with what is needed to remove it later."""
+
+    hook: RemovableHandle
+    is_permanent: bool = False
+    context_level: int | None = None
+
+
+class HookPoint(nn.Module):
+    """An identity module marking one activation, where hooks can read or replace it.
+
+    Arguments:
+        pos_axis: which axis of the activation (with its batch axis) counts positions,
+            used by `pos_slice`; `None` means the activation has no position axis.
+        requires: the config flag that must be on for this optional hook to fire.
+    """
+
+    def __init__(self, pos_axis: int | None = 1, requires: str | None = None):
+        super().__init__()
+        self.name: str | None = None
+        self.ctx: dict[Any, Any] = {}
+        self.pos_axis = pos_axis
+        self.requires = requires
+        self.fwd_hooks: list[LensHandle] = []
+        self.bwd_hooks: list[LensHandle] = []
+        # OrderedDicts: RemovableHandle keeps a weak reference to the dict it removes from.
+        self._fwd_fns: OrderedDict[int, HookFunction] = OrderedDict()
+        self._bwd_fns: OrderedDict[int, HookFunction] = OrderedDict()
+        self._warned_cast = False
+
+    # -- adding and removing -------------------------------------------------------
+    def add_hook(
+        self,
+        hook: HookFunction,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        level: int | None = None,
+        prepend: bool = False,
+    ) -> LensHandle:
+        """Attach `hook`; `prepend=True` runs it before the hooks already here."""
+        if dir not in ("fwd", "bwd"):
+            raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
+        fns, handles = (self._fwd_fns, self.fwd_hooks) if dir == "fwd" else (self._bwd_fns, self.bwd_hooks)
+        handle = RemovableHandle(fns)
+        fns[handle.id] = hook
+        lens = LensHandle(handle, is_permanent, level)
+        if prepend:
+            fns.move_to_end(handle.id, last=False)
+            handles.insert(0, lens)
+        else:
+            handles.append(lens)
+        return lens
+
+    def add_perma_hook(self, hook: HookFunction, dir: Literal["fwd", "bwd"] = "fwd") -> LensHandle:
+        return self.add_hook(hook, dir=dir, is_permanent=True)
+
+    def remove_hooks(self, dir: Direction = "fwd", including_permanent: bool = False, level: int | None = None) -> None:
+        """Remove non-permanent hooks (all hooks with `including_permanent`), only at `level` if given."""
+        if dir not in ("fwd", "bwd", "both"):
+            raise ValueError(f"dir must be 'fwd', 'bwd' or 'both', got {dir!r}")
+        for d in ("fwd", "bwd"):
+            if dir not in (d, "both"):
+                continue
+            handles = self.fwd_hooks if d == "fwd" else self.bwd_hooks
+            keep = []
+            for lens in handles:
+                removable = (including_permanent or not lens.is_permanent) and (
+                    level is None or lens.context_level == level
+                )
+                if removable:
+                    lens.hook.remove()
+                else:
+                    keep.append(lens)
+            handles[:] = keep
+
+    def has_hooks(self, dir: Direction = "both", including_permanent: bool = True, level: int | None = None) -> bool:
+        handles = {"fwd": self.fwd_hooks, "bwd": self.bwd_hooks, "both": self.fwd_hooks + self.bwd_hooks}[dir]
+        return any(
+            (including_permanent or not h.is_permanent) and (level is None or h.context_level == level) for h in handles
+        )
+
+    def clear_context(self) -> None:
+        self.ctx = {}
+
+    def layer(self) -> int:
+        """The block index of a `blocks.{l}.…` hook point."""
+        parts = (self.name or "").split(".")
+        if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
+            raise ValueError(f"Hook point {self.name!r} is not inside a block (expected 'blocks.<layer>.…')")
+        return int(parts[1])
+
+    # -- running -------------------------------------------------------------------
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # Bypasses nn.Module.__call__: an unhooked HookPoint costs one dict check.
+        if self._forward_hooks or self._forward_pre_hooks:
+            return super().__call__(x)
+        return self.forward(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._fwd_fns:
+            for fn in list(self._fwd_fns.values()):
+                out = fn(x, hook=self)
+                if out is not None:
+                    x = self._check_replacement(out, x, fn)
+        if self._bwd_fns and x.requires_grad:
+            x.register_hook(self._run_bwd_hooks)
+        return x
+
+    def _run_bwd_hooks(self, grad: torch.Tensor) -> torch.Tensor:
+        for fn in list(self._bwd_fns.values()):
+            out = fn(grad, hook=self)
+            if out is not None:
+                grad = self._check_replacement(out, grad, fn)
+        return grad
+
+    def _check_replacement(self, out: Any, x: torch.Tensor, fn: HookFunction) -> torch.Tensor:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(
+                f"Hook {getattr(fn, '__name__', fn)!r} on {self.name!r} returned {type(out).__name__}; "
+                "a hook must return a tensor or None."
+            )
+        if out.shape != x.shape:
+            raise HookShapeError(
+                f"Hook {getattr(fn, '__name__', fn)!r} on {self.name!r} returned shape {tuple(out.shape)}, "
+                f"but the activation has shape {tuple(x.shape)}. Return a tensor of the same shape, or None "
+                "after editing the activation in place."
+            )
+        if out.dtype != x.dtype or out.device != x.device:
+            if not self._warned_cast:
+                warnings.warn(
+                    f"Hook on {self.name!r} returned {out.dtype} on {out.device}; casting back to "
+                    f"{x.dtype} on {x.device}.",
+                    stacklevel=3,
+                )
+                self._warned_cast = True
+            out = out.to(device=x.device, dtype=x.dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+class HookedRootModule(nn.Module):
+    """Base class of models whose activations pass through named `HookPoint`s.
+
+    Subclasses build their modules, then call `setup()`, which indexes every hook
+    point by its dotted name. Optional hook points (`HookPoint(requires=flag)`) fire
+    only while `self.cfg.<flag>` is true.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.context_level = 0
+        self.mod_dict: dict[str, nn.Module] = {}
+        self.hook_dict: dict[str, HookPoint] = {}
+
+    def setup(self) -> None:
+        """Index modules and hook points by name; re-run after swapping modules."""
+        self.mod_dict, self.hook_dict = {}, {}
+        for name, module in self.named_modules():
+            if name == "":
+                continue
+            module.name = name
+            self.mod_dict[name] = module
+            if isinstance(module, HookPoint):
+                self.hook_dict[name] = module
+
+    def hook_points(self) -> Iterable[HookPoint]:
+        return self.hook_dict.values()
+
+    def is_active(self, hp: HookPoint) -> bool:
+        """Whether an optional hook point's flag is on (always true for regular ones)."""
+        return hp.requires is None or bool(getattr(getattr(self, "cfg", None), hp.requires, False))
+
+    # -- resolving names -----------------------------------------------------------
+    def _lookup(self, name: str) -> HookPoint:
+        hp = self.hook_dict.get(name)
+        if hp is None:
+            close = difflib.get_close_matches(name, list(self.hook_dict), n=5, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise KeyError(f"No hook point named {name!r}.{hint} (model.hook_dict lists all names.)")
+        if not self.is_active(hp):
+            raise HookNotEnabledError(
+                f"Hook point {name!r} is disabled: set cfg.{hp.requires}=True "
+                f"(e.g. model.set_{hp.requires}(True)) to enable it."
+            )
+        return hp
+
+    def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
+        if isinstance(name, str):
+            return [self._lookup(name)]
+        if callable(name):
+            return [hp for n, hp in self.hook_dict.items() if self.is_active(hp) and name(n)]
+        raise TypeError(f"A hook name must be a str or a Callable[[str], bool], got {type(name).__name__}")
+
+    def _names_from_filter(self, names_filter: NameFilter) -> list[str]:
+        if names_filter is None:
+            return [n for n, hp in self.hook_dict.items() if self.is_active(hp)]
+        if isinstance(names_filter, str):
+            return [self._lookup(names_filter).name]
+        if callable(names_filter):
+            return [n for n, hp in self.hook_dict.items() if self.is_active(hp) and names_filter(n)]
+        return [self._lookup(n).name for n in names_filter]
+
+    # -- adding and removing -------------------------------------------------------
+    def check_hooks_to_add(self, hook_point, hook_point_name, hook, dir="fwd", is_permanent=False, prepend=False):
+        """Override point, called for every hook addition."""
+
+    def add_hook(
+        self,
+        name: str | Callable[[str], bool],
+        hook: HookFunction,
+        dir: Literal["fwd", "bwd"] = "fwd",
+        is_permanent: bool = False,
+        level: int | None = None,
+        prepend: bool = False,
+    ) -> None:
+        """Add `hook` to the hook point `name`, or to every active one a predicate accepts."""
+        for hp in self._resolve(name):
+            self.check_hooks_to_add(hp, hp.name, hook, dir=dir, is_permanent=is_permanent, prepend=prepend)
+            hp.add_hook(hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
+
+    def add_perma_hook(self, name, hook, dir: Literal["fwd", "bwd"] = "fwd") -> None:
+        self.add_hook(name, hook, dir=dir, is_permanent=True)
+
+    def remove_all_hook_fns(self, direction: Direction = "both", including_permanent: bool = False, level=None):
+        for hp in self.hook_dict.values():
+            hp.remove_hooks(direction, including_permanent=including_permanent, level=level)
+
+    def clear_contexts(self) -> None:
+        for hp in self.hook_dict.values():
+            hp.clear_context()
+
+    def reset_hooks(self, clear_contexts=True, direction: Direction = "both", including_permanent=False, level=None):
+        if clear_contexts:
+            self.clear_contexts()
+        self.remove_all_hook_fns(direction, including_permanent, level=level)
+
+    def list_hooks(self, name_filter=None, dir: Direction = "both", including_permanent=True):
+        """`{name: [LensHandle, ...]}` for every hook point that has hooks."""
+        names = set(self._names_from_filter(name_filter)) if name_filter is not None else None
+        out = {}
+        for name, hp in self.hook_dict.items():
+            if names is not None and name not in names:
+                continue
+            handles = {"fwd": hp.fwd_hooks, "bwd": hp.bwd_hooks, "both": hp.fwd_hooks + hp.bwd_hooks}[dir]
+            handles = [h for h in handles if including_permanent or not h.is_permanent]
+            if handles:
+                out[name] = handles
+        return out
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks=(), bwd_hooks=(), reset_hooks_end: bool = True, clear_contexts: bool = False):
+        """Context manager: hooks added on entry are removed on exit, even on an exception.
+
+        Each `with` opens a new context level, so contexts nest: leaving an inner one
+        removes only its own hooks.
+        """
+        self.context_level += 1
+        level = self.context_level
+        try:
+            for name, fn in fwd_hooks:
+                self.add_hook(name, fn, dir="fwd", level=level)
+            for name, fn in bwd_hooks:
+                self.add_hook(name, fn, dir="bwd", level=level)
+            yield self
+        finally:
+            if reset_hooks_end:
+                self.remove_all_hook_fns("both", including_permanent=False, level=level)
+                if clear_contexts:
+                    self.clear_contexts()
+            self.context_level -= 1
+
+    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
+        """`forward(*args, **kwargs)` with the given hooks attached for this call only."""
+        if bwd_hooks and reset_hooks_end:
+            logger.warning(
+                "run_with_hooks got bwd_hooks with reset_hooks_end=True: they are removed before you can call "
+                ".backward(). Pass reset_hooks_end=False and call reset_hooks() afterwards."
+            )
+        with self.hooks(fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts):
+            return self(*args, **kwargs)
+
+    # -- caching -------------------------------------------------------------------
+    def get_caching_hooks(
+        self,
+        names_filter: NameFilter = None,
+        incl_bwd: bool = False,
+        device=None,
+        remove_batch_dim: bool = False,
+        cache: dict | None = None,
+        pos_slice=None,
+    ) -> tuple[dict, list, list]:
+        """Hooks that store activations (and gradients with `incl_bwd`) into `cache`."""
+        cache = {} if cache is None else cache
+        index = _pos_index(pos_slice)
+
+        def make_saver(key_suffix: str):
+            def save(tensor: torch.Tensor, *, hook: HookPoint):
+                t = tensor.detach()
+                if remove_batch_dim:
+                    if t.shape[0] != 1:
+                        raise ValueError(
+                            f"remove_batch_dim=True needs batch size 1, but {hook.name} has batch {t.shape[0]}"
+                        )
+                    t = t[0]
+                if index is not None and hook.pos_axis is not None:
+                    axis = hook.pos_axis - 1 if remove_batch_dim else hook.pos_axis
+                    t = t[(slice(None),) * axis + (index,)]
+                cache[hook.name + key_suffix] = t if device is None else t.to(device)
+
+            return save
+
+        names = self._names_from_filter(names_filter)
+        fwd = [(n, make_saver("")) for n in names]
+        bwd = [(n, make_saver("_grad")) for n in names] if incl_bwd else []
+        return cache, fwd, bwd
+
+    def add_caching_hooks(
+        self, names_filter=None, incl_bwd=False, device=None, remove_batch_dim=False, cache=None, *, prepend=False
+    ) -> dict:
+        cache, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, cache)
+        for name, fn in fwd:
+            self.add_hook(name, fn, dir="fwd", prepend=prepend)
+        for name, fn in bwd:
+            self.add_hook(name, fn, dir="bwd", prepend=prepend)
+        return cache
+
+    def run_with_cache(
+        self,
+        *model_args,
+        names_filter: NameFilter = None,
+        device=None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        **model_kwargs,
+    ) -> tuple[Any, dict[str, torch.Tensor]]:
+        """Run forward and return `(output, {hook_name: activation})`.
+
+        Caching hooks run after any hooks already attached, so they record the
+        post-intervention values. With `incl_bwd`, the output must be a scalar and
+        gradients are stored under `name + "_grad"`.
+        """
+        cache, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, None, pos_slice)
+        with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
+            out = self(*model_args, **model_kwargs)
+            if incl_bwd:
+                if not isinstance(out, torch.Tensor) or out.numel() != 1:
+                    raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
+                out.backward()
+        return out, cache
+
+
+def _pos_index(pos_slice) -> Any:
+    """Turn run_with_cache's `pos_slice` into an index for the position axis (None = all)."""
+    if pos_slice is None:
+        return None
+    if isinstance(pos_slice, int):
+        return slice(pos_slice, pos_slice + 1 if pos_slice != -1 else None)
+    if isinstance(pos_slice, tuple):
+        return slice(*pos_slice)
+    if isinstance(pos_slice, slice):
+        return pos_slice
+    return torch.as_tensor(pos_slice)

@@ -1,0 +1,385 @@
+"""`HookedTransformer`: a decoder-only language model built from hooked components.
+
+The forward pass is embed -> blocks -> ln_final -> unembed, with a `HookPoint` on every
+activation. Loading from HuggingFace lives in `loading/`; this module only knows
+configs and state dicts in TransformerLens format.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float, Int
+
+from components import Embed, PosEmbed, TransformerBlock, Unembed
+from components.forward_state import ForwardState
+from components.norms import make_norm
+from hooked.activation_cache import ActivationCache
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookedRootModule, HookPoint
+from hooked.tokenizer_mixin import TokenizerMixin
+from hooked.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
+from hooked.weight_views import WeightViewsMixin
+
+logger = logging.getLogger(__name__)
+
+_LEGACY_BUFFERS = ("attn.mask", "attn.IGNORE", "attn.rotary_sin", "attn.rotary_cos")
+
+
+class Output(NamedTuple):
+    logits: Float[torch.Tensor, "batch pos d_vocab_out"]
+    loss: torch.Tensor
+
+
+class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
+    """A transformer language model with a hook on every activation (TransformerLens API).
+
+    Arguments:
+        cfg: a `HookedTransformerConfig` or a dict of its fields.
+        tokenizer: a HuggingFace tokenizer; without one, `cfg.d_vocab` must be set.
+        default_padding_side: padding used when a call does not choose one.
+    """
+
+    def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):
+        super().__init__()
+        self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
+        self.tokenizer = None
+        self.default_padding_side = default_padding_side
+        if tokenizer is None and cfg.tokenizer_name is not None:
+            from loading import load_tokenizer
+
+            tokenizer = load_tokenizer(cfg.tokenizer_name)
+        if tokenizer is not None:
+            self.set_tokenizer(tokenizer, default_padding_side)
+        if cfg.d_vocab == -1:
+            raise ValueError("cfg.d_vocab is -1 and no tokenizer was given: set d_vocab or pass a tokenizer")
+        self.embed = Embed(cfg)
+        self.hook_tokens = HookPoint(requires="use_hook_tokens")  # [batch, pos]
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        if cfg.positional_embedding_type in ("standard", "shortformer"):
+            self.pos_embed = PosEmbed(cfg)
+            self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([TransformerBlock(cfg, layer) for layer in range(cfg.n_layers)])
+        if cfg.normalization_type is not None:
+            self.ln_final = make_norm(cfg, "RMS" if cfg.final_rms and cfg.normalization_type == "LN" else None)
+        self.unembed = Unembed(cfg)
+        self.forward_state: ForwardState | None = None
+        if cfg.init_weights:
+            self.init_weights()
+        if move_to_device and cfg.device is not None:
+            self.to(cfg.device)
+        elif cfg.device is None:
+            cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+            if move_to_device:
+                self.to(cfg.device)
+        self.setup()
+
+    # -- construction ----------------------------------------------------------------
+    def init_weights(self) -> None:
+        """Matrices ~ N(0, initializer_range), biases 0, norm gains 1."""
+        if self.cfg.seed is not None:
+            torch.manual_seed(self.cfg.seed)
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith(("W_", "_W_")):
+                nn.init.normal_(p, std=self.cfg.initializer_range)
+            elif leaf == "w":
+                nn.init.ones_(p)
+            else:
+                nn.init.zeros_(p)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_name: str,
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        refactor_factored_attn_matrices: bool = False,
+        checkpoint_index=None,
+        checkpoint_value=None,
+        checkpoint_label=None,
+        hf_model=None,
+        device=None,
+        n_devices: int = 1,
+        tokenizer=None,
+        move_to_device: bool = True,
+        fold_value_biases: bool = True,
+        default_prepend_bos=None,
+        default_padding_side: str = "right",
+        dtype="float32",
+        first_n_layers=None,
+        n_ctx=None,
+        **from_pretrained_kwargs,
+    ) -> HookedTransformer:
+        """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
+
+        Weights are converted without instantiating the HF model (unless `hf_model` is
+        given), then processed as TransformerLens does by default.
+        """
+        from loading import load_pretrained
+
+        return load_pretrained(cls, **{k: v for k, v in locals().items() if k not in ("cls", "__class__")})
+
+    @classmethod
+    def from_pretrained_no_processing(cls, model_name: str, **kwargs) -> HookedTransformer:
+        flags = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
+        kwargs.update({flag: False for flag in flags}, refactor_factored_attn_matrices=False)
+        kwargs.setdefault("dtype", torch.float32)
+        return cls.from_pretrained(model_name, **kwargs)
+
+    def load_and_process_state_dict(
+        self,
+        state_dict: dict[str, torch.Tensor],
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        fold_value_biases: bool = True,
+        refactor_factored_attn_matrices: bool = False,
+    ) -> None:
+        """Process a TransformerLens-format state dict (fp32, tensor by tensor) and take its tensors as weights."""
+        from hooked.weight_processing import process_state_dict
+
+        state_dict = process_state_dict(
+            self,
+            state_dict,
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        )
+        self.assign_state_dict(state_dict)
+
+    def assign_state_dict(self, state_dict: dict[str, torch.Tensor], clone: bool = False) -> None:
+        """Use the given tensors as parameters (no copy unless `clone`); tied W_U stays a view of W_E."""
+        expected = set(self.state_dict())
+        missing, unexpected = expected - set(state_dict), set(state_dict) - expected
+        if missing or unexpected:
+            raise KeyError(f"State dict mismatch: missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
+        tied = _shares_storage(state_dict["embed.W_E"], state_dict["unembed.W_U"])
+        for name in list(state_dict):
+            tensor = state_dict.pop(name)  # drop our reference as we go: one copy alive at a time
+            if tied and name == "unembed.W_U":
+                continue
+            tensor = tensor.to(device=self.cfg.device, dtype=self.cfg.dtype)
+            module_name, leaf = name.rsplit(".", 1)
+            module = self.get_submodule(module_name)
+            if clone:
+                tensor = tensor.clone()
+            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
+        if tied:
+            self.unembed._parameters["W_U"] = nn.Parameter(self.embed.W_E.T)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """`nn.Module.load_state_dict` that also accepts TransformerLens 2.x checkpoints.
+
+        Legacy buffers (`attn.mask`, `attn.IGNORE`, rotary tables) are dropped, and a
+        checkpoint whose `W_U` differs from `W_E^T` unties a tied model.
+        """
+        state_dict = {k: v for k, v in state_dict.items() if not k.endswith(_LEGACY_BUFFERS)}
+        if self.embeddings_tied() and "unembed.W_U" in state_dict and "embed.W_E" in state_dict:
+            if not torch.equal(state_dict["unembed.W_U"], state_dict["embed.W_E"].T):
+                self.untie_embeddings()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def embeddings_tied(self) -> bool:
+        return _shares_storage(self.embed.W_E, self.unembed.W_U)
+
+    def untie_embeddings(self) -> None:
+        """Give `unembed.W_U` its own storage (before writing to it)."""
+        if self.embeddings_tied():
+            self.unembed.W_U = nn.Parameter(self.unembed.W_U.detach().clone())
+
+    # -- optional hooks --------------------------------------------------------------
+    def set_use_attn_result(self, use: bool) -> None:
+        """`hook_result` materialises `[batch, pos, head, d_model]` per layer."""
+        self.cfg.use_attn_result = use
+
+    def set_use_split_qkv_input(self, use: bool) -> None:
+        self.cfg.use_split_qkv_input = use
+
+    def set_use_hook_mlp_in(self, use: bool) -> None:
+        if self.cfg.attn_only:
+            raise ValueError("hook_mlp_in does not exist in attention-only models")
+        self.cfg.use_hook_mlp_in = use
+
+    def set_use_attn_in(self, use: bool) -> None:
+        if self.cfg.n_key_value_heads is not None:
+            raise ValueError("use_attn_in is not supported with grouped-query attention")
+        self.cfg.use_attn_in = use
+
+    def set_ungroup_grouped_query_attention(self, ungroup: bool) -> None:
+        self.cfg.ungroup_grouped_query_attention = ungroup
+
+    # -- forward -----------------------------------------------------------------------
+    def forward(
+        self,
+        input,
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        start_at_layer: int | None = None,
+        tokens: Int[torch.Tensor, "batch pos"] | None = None,
+        shortformer_pos_embed: Float[torch.Tensor, "batch pos d_model"] | None = None,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache=None,
+    ):
+        """Run the model on text, tokens, token embeddings or (with `start_at_layer`) a residual.
+
+        Returns logits `[batch, pos, d_vocab_out]`, a loss, `Output(logits, loss)`, None,
+        or with `stop_at_layer` the residual stream entering that block.
+        """
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        if start_at_layer is None:
+            residual, tokens, shortformer_pos_embed, attention_mask = self.input_to_embed(
+                input, prepend_bos, padding_side, attention_mask, past_kv_cache
+            )
+        else:
+            residual = input
+            self.forward_state = self._make_state(residual.shape[0], residual.shape[1], attention_mask, past_kv_cache)
+            self.forward_state.tokens = tokens
+        state = self.forward_state
+        for block in self.blocks[start_at_layer:stop_at_layer]:
+            residual = block(residual, state, shortformer_pos_embed)
+        if past_kv_cache is not None:
+            past_kv_cache.n_forwards += 1
+        if stop_at_layer is not None:
+            return residual
+        if self.cfg.normalization_type is not None:
+            residual = self.ln_final(residual)
+        if return_type is None:
+            return None
+        logits = self.unembed(residual)  # [batch, pos, d_vocab_out]
+        if return_type == "logits":
+            return logits
+        if tokens is None:
+            raise ValueError("A loss needs tokens: pass tokens= when starting from embeddings or a residual")
+        new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
+        loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
+        return loss if return_type == "loss" else Output(logits, loss)
+
+    def loss_fn(self, logits, tokens, attention_mask=None, per_token: bool = False):
+        return lm_cross_entropy_loss(logits, tokens, attention_mask, per_token)
+
+    def input_to_embed(
+        self, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None, past_kv_cache=None
+    ):
+        """Embed the input and set `self.forward_state`.
+
+        Returns `(residual, tokens, shortformer_pos_embed, attention_mask)`.
+        """
+        tokens, embeds = None, None
+        if isinstance(input, (str, list)):
+            tokens, text_mask = self.to_tokens(input, prepend_bos, padding_side, return_attention_mask=True)
+            attention_mask = text_mask if attention_mask is None else attention_mask
+        elif input.is_floating_point():
+            embeds = input
+        else:
+            tokens = (input[None] if input.ndim == 1 else input).to(self.embed.W_E.device)
+            attention_mask = self._infer_mask(tokens, prepend_bos, padding_side, attention_mask, past_kv_cache)
+        batch, n_new = (tokens if tokens is not None else embeds).shape[:2]
+        state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache)
+        state.tokens = tokens
+        if tokens is not None:
+            if self.cfg.use_hook_tokens:
+                tokens = self.hook_tokens(tokens)
+            embeds = self.embed(tokens)
+        residual = self.hook_embed(embeds)  # [batch, pos, d_model]
+        shortformer_pos_embed = None
+        if hasattr(self, "pos_embed"):
+            new_mask = None if state.attention_mask is None else state.attention_mask[:, -n_new:]
+            pos_embed = self.hook_pos_embed(self.pos_embed(state.positions, new_mask))  # [batch, pos, d_model]
+            if self.cfg.positional_embedding_type == "shortformer":
+                shortformer_pos_embed = pos_embed
+            else:
+                residual = residual + pos_embed
+        return residual, tokens, shortformer_pos_embed, attention_mask
+
+    def _infer_mask(self, tokens, prepend_bos, padding_side, attention_mask, past_kv_cache):
+        """TransformerLens's pad-id inference, used only for raw left-padded tokens without a mask."""
+        if attention_mask is not None or past_kv_cache is not None or self.tokenizer is None:
+            return attention_mask
+        bos, side = self._tokenization_options(prepend_bos, padding_side)
+        if side != "left" or not (tokens == self.tokenizer.pad_token_id).any():
+            return None
+        return get_attention_mask(self.tokenizer, tokens, bos)
+
+    def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache) -> ForwardState:
+        device = self.embed.W_E.device
+        n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0
+        mask = None if attention_mask is None else attention_mask.to(device).long()
+        if past_kv_cache is not None:
+            new = torch.ones(batch, n_new, dtype=torch.long, device=device) if mask is None else mask[:, -n_new:]
+            mask = past_kv_cache.append_attention_mask(new)
+        if mask is not None and mask.shape != (batch, n_cached + n_new):
+            raise ValueError(
+                f"attention_mask has shape {tuple(mask.shape)}; expected [batch, pos] = {(batch, n_cached + n_new)}"
+            )
+        if mask is None or bool(mask.all()):
+            positions = torch.arange(n_cached, n_cached + n_new, device=device)[None]  # [1, pos]
+            mask = None
+        else:
+            positions = positions_from_mask(mask)[:, -n_new:]  # [batch, pos]
+        step = past_kv_cache.n_forwards if past_kv_cache is not None else 0
+        causal = self.cfg.attention_dir == "causal"
+        return ForwardState(mask, positions, n_new, n_cached + n_new, causal, step, past_kv_cache)
+
+    def get_pos_offset(self, past_kv_cache, batch_size: int) -> int:
+        return 0 if past_kv_cache is None else past_kv_cache.n_cached
+
+    # -- caching -----------------------------------------------------------------------
+    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
+        """Run forward and return `(output, ActivationCache)` (or a dict with `return_cache_object=False`)."""
+        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if not return_cache_object:
+            return out, cache_dict
+        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        if self.forward_state is not None:
+            cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
+        return out, cache
+
+    # -- misc --------------------------------------------------------------------------
+    @property
+    def n_params_total(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def to(self, *args, print_details: bool = True, **kwargs):
+        device, dtype = _device_and_dtype(args, kwargs)
+        if device is not None:
+            self.cfg.device = str(device)
+        if dtype is not None:
+            self.cfg.dtype = dtype
+        return super().to(*args, **kwargs)
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def mps(self):
+        return self.to("mps")
+
+    def move_model_modules_to_device(self):
+        return self.to(self.cfg.device)
+
+
+def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _device_and_dtype(args, kwargs):
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, (str, torch.device)):
+            device = a
+    return device, dtype

@@ -1,0 +1,91 @@
+"""Read-only weight views of `HookedTransformer`, stacked over layers (TransformerLens names).
+
+Each property is recomputed on access. Grouped-query K/V weights are repeated up to
+`n_heads`, so every attention view is `[n_layers, n_heads, ...]`.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+
+from hooked.factored_matrix import FactoredMatrix
+
+
+class WeightViewsMixin:
+    """Needs `self.cfg`, `self.embed`, `self.unembed`, `self.blocks` (and `self.pos_embed`)."""
+
+    def _stack(self, module: str, name: str) -> torch.Tensor:
+        return torch.stack([getattr(getattr(block, module), name) for block in self.blocks], dim=0)
+
+    @property
+    def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
+        if not hasattr(self, "pos_embed"):
+            raise AttributeError(f"W_pos exists only for absolute positions, not {self.cfg.positional_embedding_type!r}")
+        return self.pos_embed.W_pos
+
+    @property
+    def W_E_pos(self) -> Float[torch.Tensor, "d_vocab_plus_n_ctx d_model"]:
+        return torch.cat([self.W_E, self.W_pos], dim=0)
+
+    @property
+    def W_U(self) -> Float[torch.Tensor, "d_model d_vocab_out"]:
+        return self.unembed.W_U
+
+    @property
+    def b_U(self) -> Float[torch.Tensor, "d_vocab_out"]:
+        return self.unembed.b_U
+
+    W_Q = property(lambda self: self._stack("attn", "W_Q"), doc="[n_layers, n_heads, d_model, d_head]")
+    W_K = property(lambda self: self._stack("attn", "W_K"), doc="[n_layers, n_heads, d_model, d_head]")
+    W_V = property(lambda self: self._stack("attn", "W_V"), doc="[n_layers, n_heads, d_model, d_head]")
+    W_O = property(lambda self: self._stack("attn", "W_O"), doc="[n_layers, n_heads, d_head, d_model]")
+    b_Q = property(lambda self: self._stack("attn", "b_Q"), doc="[n_layers, n_heads, d_head]")
+    b_K = property(lambda self: self._stack("attn", "b_K"), doc="[n_layers, n_heads, d_head]")
+    b_V = property(lambda self: self._stack("attn", "b_V"), doc="[n_layers, n_heads, d_head]")
+    b_O = property(lambda self: self._stack("attn", "b_O"), doc="[n_layers, d_model]")
+    W_in = property(lambda self: self._stack("mlp", "W_in"), doc="[n_layers, d_model, d_mlp]")
+    W_out = property(lambda self: self._stack("mlp", "W_out"), doc="[n_layers, d_mlp, d_model]")
+    b_in = property(lambda self: self._stack("mlp", "b_in"), doc="[n_layers, d_mlp]")
+    b_out = property(lambda self: self._stack("mlp", "b_out"), doc="[n_layers, d_model]")
+
+    @property
+    def W_gate(self) -> Float[torch.Tensor, "n_layers d_model d_mlp"] | None:
+        return self._stack("mlp", "W_gate") if self.cfg.gated_mlp else None
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """`W_Q @ W_K^T` per head, `[n_layers, n_heads, d_model, d_model]`, kept factored."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """`W_V @ W_O` per head, `[n_layers, n_heads, d_model, d_model]`, kept factored."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def all_head_labels(self) -> list[str]:
+        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
+
+    def accumulated_bias(
+        self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
+    ) -> Float[torch.Tensor, "d_model"]:
+        """Sum of the output biases written to the residual stream before `layer` (plus its b_O if mlp_input)."""
+        total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+        for i in range(layer):
+            total = total + self.blocks[i].attn.b_O
+            if include_mlp_biases and not self.cfg.attn_only:
+                total = total + self.blocks[i].mlp.b_out
+        if mlp_input:
+            total = total + self.blocks[layer].attn.b_O
+        return total
+
+    def tokens_to_residual_directions(self, tokens) -> Float[torch.Tensor, "... d_model"]:
+        """The unembedding direction of each token: `W_U[:, tokens]` with d_model last."""
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        tokens = torch.as_tensor(tokens, device=self.W_U.device)
+        return self.W_U[:, tokens].movedim(0, -1)

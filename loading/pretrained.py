@@ -1,0 +1,132 @@
+"""`from_pretrained`: find a checkpoint, convert it, process it and build the model."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from loading.checkpoint import (
+    SafetensorsStateDict,
+    has_tokenizer,
+    load_hf_config,
+    load_tokenizer,
+    safetensors_files,
+)
+from loading.registry import get_architecture
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Source:
+    """Where a checkpoint's pieces come from."""
+
+    hf_config: Any
+    state: Mapping[str, torch.Tensor]
+    tokenizer_path: Path | None
+    shared_with_user: bool  # tensors belong to a user's live HF model: never write into them
+
+
+def resolve_source(model_name: str, hf_model=None, **hf_kwargs) -> Source:
+    """An in-memory HF model, a bundled model name, a `.gguf` file, or a local checkpoint directory."""
+    if hf_model is not None:
+        path = Path(model_name)
+        return Source(hf_model.config, hf_model.state_dict(), path if path.is_dir() and has_tokenizer(path) else None, True)
+    directory = _local_directory(model_name)
+    files = safetensors_files(directory)
+    return Source(load_hf_config(directory), SafetensorsStateDict(files), directory if has_tokenizer(directory) else None, False)
+
+
+def _local_directory(model_name: str) -> Path:
+    from loading import bundled, gguf
+
+    key = bundled.resolve_bundled_name(model_name)
+    if key is not None:
+        return bundled.bundled_checkpoint_dir(key)
+    path = Path(model_name).expanduser()
+    if path.suffix == ".gguf" or (path.is_dir() and any(path.glob("*.gguf")) and not any(path.glob("*.safetensors"))):
+        return gguf.cached_gguf_checkpoint(gguf.find_gguf_file(path))
+    if path.is_dir():
+        return path
+    raise FileNotFoundError(
+        f"{model_name!r} is not a local checkpoint directory, a .gguf file, or a bundled model "
+        f"({', '.join(bundled.BUNDLED_MODELS)}). Without network access, pass a local path or hf_model=."
+    )
+
+
+def hf_architecture(hf_config, hf_model=None) -> str:
+    if hf_model is not None:
+        return type(hf_model).__name__
+    archs = getattr(hf_config, "architectures", None) or []
+    if not archs:
+        raise ValueError("The HF config names no `architectures`; pass hf_model= so the class is known")
+    return archs[0]
+
+
+def build_config(hf_config, arch_name: str, model_name: str, **overrides):
+    from hooked.config import HookedTransformerConfig
+
+    fields = get_architecture(arch_name).config(hf_config)
+    fields.update(model_name=model_name, init_weights=False)
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return HookedTransformerConfig.from_dict(fields)
+
+
+def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
+    """Implementation of `HookedTransformer.from_pretrained` (see its docstring)."""
+    if kw.pop("checkpoint_label", None) is not None or kw.pop("checkpoint_index", None) is not None:
+        raise NotImplementedError("Training checkpoints (Pythia step revisions) need the hub; not available offline")
+    kw.pop("checkpoint_value", None)
+    source = resolve_source(model_name, hf_model, **kw.pop("from_pretrained_kwargs", {}))
+    arch_name = hf_architecture(source.hf_config, hf_model)
+    first_n = kw.pop("first_n_layers")
+    cfg = build_config(
+        source.hf_config,
+        arch_name,
+        model_name,
+        n_ctx=kw.pop("n_ctx"),
+        n_layers=first_n,
+        default_prepend_bos=kw.pop("default_prepend_bos"),
+        dtype=_dtype(kw.pop("dtype")),
+        device=kw.pop("device"),
+        n_devices=kw.pop("n_devices"),
+    )
+    state = get_architecture(arch_name).weights(source.state, cfg)
+    if source.shared_with_user:
+        state = clone_keeping_ties(state)
+    if tokenizer is None and source.tokenizer_path is not None:
+        tokenizer = load_tokenizer(source.tokenizer_path)
+    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw.pop("default_padding_side"))
+    model.load_and_process_state_dict(
+        state,
+        fold_ln=kw.pop("fold_ln"),
+        center_writing_weights=kw.pop("center_writing_weights"),
+        center_unembed=kw.pop("center_unembed"),
+        fold_value_biases=kw.pop("fold_value_biases"),
+        refactor_factored_attn_matrices=kw.pop("refactor_factored_attn_matrices"),
+    )
+    if kw.pop("move_to_device"):
+        model.to(cfg.device)
+    logger.info("Loaded pretrained model %s into HookedTransformer", model_name)
+    return model
+
+
+def clone_keeping_ties(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Own copies of every tensor (so processing never writes into a user's HF model); W_U stays tied."""
+    tied = state["unembed.W_U"].data_ptr() == state["embed.W_E"].data_ptr()
+    out = {}
+    for key in list(state):
+        out[key] = state.pop(key).clone()
+    if tied:
+        out["unembed.W_U"] = out["embed.W_E"].T
+    return out
+
+
+def _dtype(dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return getattr(torch, str(dtype).removeprefix("torch."))

@@ -1,0 +1,46 @@
+"""Registry of architecture converters, keyed by HuggingFace architecture class name.
+
+A converter is two pure functions: HF config -> `HookedTransformerConfig` fields, and
+(HF state dict, config) -> TransformerLens-format state dict. Neither instantiates a
+model, so both can be tested on plain dicts and fed lazily from safetensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+ConfigFn = Callable[[Any], dict]
+WeightsFn = Callable[[Mapping[str, torch.Tensor], Any], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How to convert one family: `config(hf_config) -> dict`, `weights(hf_state, cfg) -> dict`."""
+
+    name: str
+    config: ConfigFn
+    weights: WeightsFn
+
+
+ARCHITECTURES: dict[str, Architecture] = {}
+
+
+def register_architecture(hf_classes: tuple[str, ...], config: ConfigFn, weights: WeightsFn) -> None:
+    for name in hf_classes:
+        ARCHITECTURES[name] = Architecture(name, config, weights)
+
+
+def get_architecture(hf_class: str) -> Architecture:
+    if hf_class not in ARCHITECTURES:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        raise NotImplementedError(
+            f"Architecture {hf_class!r} is not supported. Supported HuggingFace architectures: {supported}."
+        )
+    return ARCHITECTURES[hf_class]
+
+
+def supported_architectures() -> list[str]:
+    return sorted(ARCHITECTURES)
