@@ -323,7 +323,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
                 f"attention_mask has shape {tuple(mask.shape)}; expected [batch, pos] = {(batch, n_cached + n_new)}"
             )
         if mask is None or bool(mask.all()):
-            positions = torch.arange(n_cached, n_cached + n_new, device=device)[None]  # [1, pos]
+            positions = torch.arange(n_cached, n_cached + n_new, device=device).expand(batch, n_new)  # [batch, pos]
             mask = None
         else:
             positions = positions_from_mask(mask)[:, -n_new:]  # [batch, pos]

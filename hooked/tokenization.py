@@ -1,9 +1,9 @@
 """Text to tokens with per-call BOS and padding choices, never mutating the tokenizer.
 
-BOS is handled at the id level: text is tokenized with the tokenizer's own special
-tokens, a wanted but missing BOS is inserted before each row's first token, an
-unwanted one the tokenizer added is removed, and only then are rows padded. So a row
-never starts with two BOS tokens.
+BOS is handled at the id level: text is tokenized without the tokenizer's automatic
+special tokens (special-token text in the prompt is still recognised), BOS is inserted
+before each row's first token when wanted and not already there, and only then are
+rows padded. So a row never starts with two BOS tokens.
 """
 
 from __future__ import annotations
@@ -28,18 +28,14 @@ def tokenizer_prepends_bos(tokenizer) -> bool:
 
 
 def encode_rows(tokenizer, texts: list[str], prepend_bos: bool) -> list[list[int]]:
-    """Token ids per text, with exactly one BOS at the start iff `prepend_bos`."""
-    bos, adds_bos = tokenizer.bos_token_id, tokenizer_prepends_bos(tokenizer)
-    rows = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    out = []
-    for ids in rows:
-        ids = list(ids)
-        if adds_bos and ids and ids[0] == bos and not prepend_bos:
-            ids = ids[1:]
-        elif prepend_bos and (not ids or ids[0] != bos):
-            ids = [bos] + ids
-        out.append(ids)
-    return out
+    """Token ids per text, with exactly one BOS at the start iff `prepend_bos`.
+
+    Special-token text in the prompt (e.g. a literal BOS) is still parsed; the BOS the
+    tokenizer would add itself is left to this function, so it is never doubled.
+    """
+    bos = tokenizer.bos_token_id
+    rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [[bos] + list(ids) if prepend_bos and (not ids or ids[0] != bos) else list(ids) for ids in rows]
 
 
 def pad_rows(

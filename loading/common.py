@@ -44,3 +44,51 @@ def heads_in(weight: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
 def heads_out(weight: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
     """HF Linear weight `[d_model, head*d_head]` -> `[head, d_head, d_model]` (a view)."""
     return weight.T.reshape(n_heads, d_head, weight.shape[0])
+
+
+# Keys of an HF rope dict that `HookedTransformerConfig` stores in fields of their own.
+_ROPE_OWN_FIELDS = ("rope_theta", "partial_rotary_factor")
+
+
+def hf_rope_parameters(hf, default_theta: float = 10000.0) -> tuple[float, dict | None]:
+    """`(rotary_base, rotary_scaling)` from an HF config, for transformers 4.x and 5.x alike.
+
+    transformers 5 keeps everything in `config.rope_parameters` (`rope_theta`, `rope_type`
+    and the scaling fields); 4.x has a top-level `rope_theta` and an optional `rope_scaling`
+    dict whose kind is under `rope_type` (or the older `type`). The scaling dict comes back
+    with `rope_type` normalised, without the fields `rotary_base`/`rotary_dim` hold, and as
+    None for the unscaled `default` kind. Like HF, `llama3` falls back to
+    `max_position_embeddings` when `original_max_position_embeddings` is absent.
+    """
+    params = getattr(hf, "rope_parameters", None)
+    if params is None:  # transformers 4.x
+        params = getattr(hf, "rope_scaling", None)
+    params = dict(params or {})
+    if params and all(isinstance(v, dict) for v in params.values()):
+        raise NotImplementedError(f"Per-layer-type rope parameters are not supported here: {sorted(params)}")
+    theta = params.get("rope_theta", getattr(hf, "rope_theta", None) or default_theta)
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind == "default":
+        return float(theta), None
+    scaling = {k: v for k, v in params.items() if k not in (*_ROPE_OWN_FIELDS, "type")}
+    scaling["rope_type"] = kind
+    if kind == "llama3":
+        scaling.setdefault("original_max_position_embeddings", hf.max_position_embeddings)
+    return float(theta), scaling
+
+
+def bias_or_zeros(hf: Mapping[str, torch.Tensor], key: str, size: int, like: torch.Tensor) -> torch.Tensor:
+    """The bias stored under `key`, or zeros of `size` (HF omits biases a layer was built without)."""
+    bias = hf.get(key)
+    return bias if bias is not None else torch.zeros(size, dtype=like.dtype, device=like.device)
+
+
+def unembed_weights(lm_head: torch.Tensor | None, W_E: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`unembed.W_U` `[d_model, d_vocab]` and a zero `unembed.b_U` from an HF `lm_head.weight` `[d_vocab, d_model]`.
+
+    A missing `lm_head`, or one sharing `W_E`'s storage, means tied embeddings: `W_U` is
+    then the transposed view `W_E.T`, so both names keep pointing at one tensor.
+    """
+    tied = lm_head is None or lm_head.data_ptr() == W_E.data_ptr()
+    W_U = W_E.T if tied else lm_head.T  # [d_model, d_vocab]
+    return {"unembed.W_U": W_U, "unembed.b_U": torch.zeros(W_U.shape[1], dtype=W_U.dtype, device=W_U.device)}

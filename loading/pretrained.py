@@ -49,7 +49,7 @@ def _local_directory(model_name: str) -> Path:
         return bundled.bundled_checkpoint_dir(key)
     path = Path(model_name).expanduser()
     if path.suffix == ".gguf" or (path.is_dir() and any(path.glob("*.gguf")) and not any(path.glob("*.safetensors"))):
-        return gguf.cached_gguf_checkpoint(gguf.find_gguf_file(path))
+        return bundled.gguf_checkpoint_dir(gguf.find_gguf_file(path))
     if path.is_dir():
         return path
     raise FileNotFoundError(

