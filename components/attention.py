@@ -65,6 +65,8 @@ class Attention(nn.Module):
         if self.rotary:
             base = cfg.rotary_base_local if is_local and cfg.rotary_base_local else cfg.rotary_base
             inv_freq = rotary_inv_freq(cfg.rotary_dim, base, cfg.rotary_scaling)
+            # layers with the same frequencies share one cos/sin table per forward
+            self._rotary_key = ("rotary", cfg.rotary_dim, base, repr(cfg.rotary_scaling), cfg.rotary_adjacent_pairs)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
             self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
             self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head]
@@ -122,17 +124,15 @@ class Attention(nn.Module):
         if cfg.use_qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
-            cos, sin = state.memo(("rotary", self.inv_freq.data_ptr()), lambda: self._cos_sin(state, q.dtype))
+            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
             q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
             k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
-        # [batch, head, pos, d_head] for the attention matmuls
-        q, k, v = q.transpose(1, 2), self.ungroup(k).transpose(1, 2), self.ungroup(v).transpose(1, 2)
         if self._use_sdpa():
             z = self._attend_sdpa(q, k, v, state)
         else:
-            z = self._attend_explicit(q, k, v, state)
+            z = self._attend_explicit(*self._heads_first(q, k, v), state)
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
 
@@ -149,9 +149,31 @@ class Attention(nn.Module):
             and not self.hook_pattern._bwd_fns
         )
 
-    def _attend_sdpa(self, q, k, v, state: ForwardState) -> Float[torch.Tensor, "batch head pos d_head"]:
+    def _heads_first(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`[batch, head, pos, d_head]` q, k, v for the attention matmuls, K/V repeated up to `n_heads`."""
+        return q.transpose(1, 2), self.ungroup(k).transpose(1, 2), self.ungroup(v).transpose(1, 2)
+
+    def _attend_sdpa(
+        self,
+        q: Float[torch.Tensor, "batch pos head d_head"],
+        k: Float[torch.Tensor, "batch n_keys kv_head d_head"],
+        v: Float[torch.Tensor, "batch n_keys kv_head d_head"],
+        state: ForwardState,
+    ) -> Float[torch.Tensor, "batch head pos d_head"]:
         mask, is_causal = state.sdpa_mask(self.window)
-        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale)
+        batch, n_queries, n_heads, d_head = q.shape
+        kv_heads = k.shape[2]
+        if kv_heads != n_heads and n_queries == 1:
+            # Decoding one token with GQA: the query heads sharing a K/V head act as that head's
+            # queries (their mask row is the same), so K/V are never repeated, as in HF.
+            grouped = q.reshape(batch, kv_heads, n_heads // kv_heads, d_head)  # [batch, kv_head, group, d_head]
+            z = F.scaled_dot_product_attention(
+                grouped, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=self.scale
+            )
+            z = z.reshape(batch, n_heads, 1, d_head)  # [batch, head, 1, d_head]
+        else:
+            q, k, v = self._heads_first(q, k, v)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale)
         valid = state.valid_queries(self.window)
         return z if valid is None else torch.where(valid, z, 0.0)
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 from jaxtyping import Float
 
 from components.activations import get_activation
-from components.norms import LayerNorm
+from components.norms import LayerNorm, LayerNormPre
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -32,7 +32,8 @@ class MLP(nn.Module):
         self.hook_post = HookPoint()  # [batch, pos, d_mlp]
         if cfg.act_fn == "solu_ln":
             self.hook_mid = HookPoint()  # [batch, pos, d_mlp]
-            self.ln = LayerNorm(cfg, dm)
+            folded = cfg.normalization_type in ("LNPre", "RMSPre")  # fold_ln folds mlp.ln too
+            self.ln = (LayerNormPre if folded else LayerNorm)(cfg, dm)
 
     def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
         pre = self.hook_pre(linear(x, self.W_in, self.b_in))

@@ -16,6 +16,26 @@ from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
 
+def _normalize(hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: float) -> torch.Tensor:
+    """`x / sqrt(var + eps)`, with the divisor passing through `hook_scale`.
+
+    Computed as `x * rsqrt(var + eps)`, bit for bit what HuggingFace computes, unless a
+    hook replaced or edited the scale, in which case the edited scale divides `x`.
+    """
+    scale = (var + eps).sqrt()
+    if torch.is_inference(scale):  # inference tensors have no version counter: compare values instead
+        before = scale.clone() if hook_scale._fwd_fns else scale
+        hooked = hook_scale(scale)
+        unchanged = hooked is scale and (before is scale or torch.equal(before, scale))
+    else:
+        version = scale._version
+        hooked = hook_scale(scale)
+        unchanged = hooked is scale and scale._version == version
+    if unchanged:
+        return x * torch.rsqrt(var + eps)
+    return x / hooked
+
+
 class LayerNormPre(nn.Module):
     """Center and divide by the standard deviation over the last axis; no parameters."""
 
@@ -29,8 +49,7 @@ class LayerNormPre(nn.Module):
     def normalize(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         x32 = x.float()
         var, mean = torch.var_mean(x32, dim=-1, correction=0, keepdim=True)
-        scale = self.hook_scale((var + self.eps).sqrt())
-        return self.hook_normalized(((x32 - mean) / scale).to(x.dtype))
+        return self.hook_normalized(_normalize(self.hook_scale, x32 - mean, var, self.eps).to(x.dtype))
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         return self.normalize(x)
@@ -60,8 +79,8 @@ class RMSNormPre(nn.Module):
 
     def normalize(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         x32 = x.float()
-        scale = self.hook_scale((x32.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized((x32 / scale).to(x.dtype))
+        var = x32.pow(2).mean(-1, keepdim=True)
+        return self.hook_normalized(_normalize(self.hook_scale, x32, var, self.eps).to(x.dtype))
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         return self.normalize(x)

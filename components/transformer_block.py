@@ -28,8 +28,10 @@ class TransformerBlock(nn.Module):
         self.ln1 = make_norm(cfg)
         attn_cls = GroupedQueryAttention if cfg.n_key_value_heads is not None else Attention
         self.attn = attn_cls(cfg, layer)
+        # post-sublayer norms are never folded: they keep their gain after fold_ln
+        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type)
         if cfg.use_normalization_before_and_after:
-            self.ln1_post = make_norm(cfg)
+            self.ln1_post = make_norm(cfg, post_norm)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_in = HookPoint(requires="use_attn_in")  # [batch, pos, head, d_model]
         self.hook_q_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, head, d_model]
@@ -40,7 +42,7 @@ class TransformerBlock(nn.Module):
             self.ln2 = make_norm(cfg)
             self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
             if cfg.use_normalization_before_and_after:
-                self.ln2_post = make_norm(cfg)
+                self.ln2_post = make_norm(cfg, post_norm)
             self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
             self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
             if not cfg.parallel_attn_mlp:

@@ -27,7 +27,15 @@ class Unembed(nn.Module):
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_vocab_out"]:
         x = self.hook_in(x)
-        logits = self.hook_out(torch.addmm(self.b_U, x.reshape(-1, x.shape[-1]), self.W_U).view(*x.shape[:-1], -1))
+        flat = x.reshape(-1, x.shape[-1])  # [batch * pos, d_model]
+        if self._bias_matters():
+            flat_logits = torch.addmm(self.b_U, flat, self.W_U)
+        else:  # a zero bias would cost a full extra pass over the [tokens, vocab] output
+            flat_logits = flat @ self.W_U
+        logits = self.hook_out(flat_logits.view(*x.shape[:-1], -1))  # [batch, pos, d_vocab_out]
         if self.soft_cap > 0:
             logits = self.soft_cap * torch.tanh(logits / self.soft_cap)
         return logits
+
+    def _bias_matters(self) -> bool:
+        return (self.b_U.requires_grad and torch.is_grad_enabled()) or bool(self.b_U.any())

@@ -6,18 +6,22 @@ import logging
 from typing import Iterator
 
 import torch
+from jaxtyping import Int
 
-from hooked.utils import get_act_name
+from hooked.cache_analysis import CacheAnalysisMixin
+from hooked.utils import Slice, SliceInput, get_act_name, token_index
 
 logger = logging.getLogger(__name__)
 
 
-class ActivationCache:
+class ActivationCache(CacheAnalysisMixin):
     """A read-only mapping from hook names to cached activations, with TransformerLens shorthands.
 
     `cache["pattern", 0]`, `cache["resid_pre", -1]`, `cache["k6"]` and
     `cache["scale4ln1"]` all go through `get_act_name`; negative layers count from the
     end. `tokens` and `attention_mask` are those of the cached forward (None if unknown).
+    Residual-stream analysis (decompositions, direct logit attribution, logit lens) comes
+    from `CacheAnalysisMixin` (`hooked/cache_analysis.py`).
     """
 
     def __init__(self, cache_dict: dict[str, torch.Tensor], model, has_batch_dim: bool = True):
@@ -91,3 +95,37 @@ class ActivationCache:
     def toggle_autodiff(self, mode: bool = False) -> None:
         logger.warning("toggle_autodiff sets torch's global grad mode to %s", mode)
         torch.set_grad_enabled(mode)
+
+    def apply_slice_to_batch_dim(self, batch_slice: SliceInput) -> ActivationCache:
+        """A new cache with `batch_slice` applied to every batched tensor; an int drops the batch axis."""
+        batch_slice = Slice.unwrap(batch_slice)
+        if not self.has_batch_dim and batch_slice.mode != "empty":
+            raise ValueError("Cannot slice the batch axis of a cache without one")
+        batch = self._batch_size()
+
+        def cut(t):
+            return batch_slice.apply(t, dim=0) if t is not None and t.ndim > 0 and t.shape[0] == batch else t
+
+        sliced = ActivationCache(
+            {k: cut(v) for k, v in self.cache_dict.items()},
+            self.model,
+            has_batch_dim=self.has_batch_dim and batch_slice.mode != "int",
+        )
+        sliced.tokens, sliced.attention_mask = cut(self.tokens), cut(self.attention_mask)
+        return sliced
+
+    def _batch_size(self) -> int:
+        if self.tokens is not None:
+            return self.tokens.shape[0]
+        sizes = [v.shape[0] for v in self.cache_dict.values() if v.ndim > 0]
+        return max(set(sizes), key=sizes.count) if sizes else 1
+
+    def token_index(self, idx: int | Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
+        """Absolute column of each row's logical token `idx` (0 = first real token, -1 = last), padding-aware."""
+        mask = self.attention_mask
+        if mask is None:
+            shape = self.tokens.shape if self.tokens is not None else self["resid_pre", 0].shape[:-1]
+            if not self.has_batch_dim:
+                shape = (1, *shape[-1:])
+            mask = torch.ones(shape[0], shape[-1], dtype=torch.long)
+        return token_index(idx, mask)

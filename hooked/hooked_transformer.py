@@ -17,11 +17,15 @@ from jaxtyping import Float, Int
 from components import Embed, PosEmbed, TransformerBlock, Unembed
 from components.forward_state import ForwardState
 from components.norms import make_norm
+from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookedRootModule, HookPoint
+from hooked.processing_mixin import WeightProcessingMixin
+from hooked.token_index_mixin import TokenIndexMixin
 from hooked.tokenizer_mixin import TokenizerMixin
 from hooked.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
+from hooked.weight_processing import final_norm_kind
 from hooked.weight_views import WeightViewsMixin
 
 logger = logging.getLogger(__name__)
@@ -34,7 +38,7 @@ class Output(NamedTuple):
     loss: torch.Tensor
 
 
-class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
+class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, WeightProcessingMixin, HookedRootModule):
     """A transformer language model with a hook on every activation (TransformerLens API).
 
     Arguments:
@@ -64,7 +68,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([TransformerBlock(cfg, layer) for layer in range(cfg.n_layers)])
         if cfg.normalization_type is not None:
-            self.ln_final = make_norm(cfg, "RMS" if cfg.final_rms and cfg.normalization_type == "LN" else None)
+            self.ln_final = make_norm(cfg, final_norm_kind(cfg))
         self.unembed = Unembed(cfg)
         self.forward_state: ForwardState | None = None
         if cfg.init_weights:
@@ -139,8 +143,17 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
         center_unembed: bool = True,
         fold_value_biases: bool = True,
         refactor_factored_attn_matrices: bool = False,
+        *,
+        owned: bool = False,
+        protected_storages: frozenset[int] = frozenset(),
     ) -> None:
-        """Process a TransformerLens-format state dict (fp32, tensor by tensor) and take its tensors as weights."""
+        """Process a TransformerLens-format state dict (fp32, tensor by tensor) and take its tensors as weights.
+
+        `owned=True` lets processing overwrite the given tensors in place (the loader
+        read them for this model alone). Tensors sharing storage with
+        `protected_storages` (a user's live HF model) are never written and are copied
+        before the model adopts them; all others are adopted without a copy.
+        """
         from hooked.weight_processing import process_state_dict
 
         state_dict = process_state_dict(
@@ -151,11 +164,18 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             center_unembed=center_unembed,
             fold_value_biases=fold_value_biases,
             refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+            in_place=owned,
+            protected_storages=protected_storages,
         )
-        self.assign_state_dict(state_dict)
+        self.assign_state_dict(state_dict, protected_storages=protected_storages)
 
-    def assign_state_dict(self, state_dict: dict[str, torch.Tensor], clone: bool = False) -> None:
-        """Use the given tensors as parameters (no copy unless `clone`); tied W_U stays a view of W_E."""
+    def assign_state_dict(
+        self, state_dict: dict[str, torch.Tensor], clone: bool = False, protected_storages: frozenset[int] = frozenset()
+    ) -> None:
+        """Use the given tensors as parameters; tied W_U stays a view of W_E.
+
+        A tensor is copied only with `clone`, or when its storage is in `protected_storages`.
+        """
         expected = set(self.state_dict())
         missing, unexpected = expected - set(state_dict), set(state_dict) - expected
         if missing or unexpected:
@@ -168,7 +188,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             tensor = tensor.to(device=self.cfg.device, dtype=self.cfg.dtype)
             module_name, leaf = name.rsplit(".", 1)
             module = self.get_submodule(module_name)
-            if clone:
+            if clone or tensor.untyped_storage().data_ptr() in protected_storages:
                 tensor = tensor.clone()
             module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
         if tied:
@@ -229,26 +249,31 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
         attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
         stop_at_layer: int | None = None,
         past_kv_cache=None,
+        *,
+        step: int | None = None,
     ):
         """Run the model on text, tokens, token embeddings or (with `start_at_layer`) a residual.
 
         Returns logits `[batch, pos, d_vocab_out]`, a loss, `Output(logits, loss)`, None,
-        or with `stop_at_layer` the residual stream entering that block.
+        or with `stop_at_layer` the residual stream entering that block. `step` sets
+        `forward_state.step` (default: the KV cache's forward count, else 0).
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
         if start_at_layer is None:
             residual, tokens, shortformer_pos_embed, attention_mask = self.input_to_embed(
-                input, prepend_bos, padding_side, attention_mask, past_kv_cache
+                input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
             )
         else:
             residual = input
-            self.forward_state = self._make_state(residual.shape[0], residual.shape[1], attention_mask, past_kv_cache)
+            self.forward_state = self._make_state(
+                residual.shape[0], residual.shape[1], attention_mask, past_kv_cache, step=step
+            )
             self.forward_state.tokens = tokens
         state = self.forward_state
         for block in self.blocks[start_at_layer:stop_at_layer]:
             residual = block(residual, state, shortformer_pos_embed)
-        if past_kv_cache is not None:
+        if past_kv_cache is not None and not past_kv_cache.frozen:
             past_kv_cache.n_forwards += 1
         if stop_at_layer is not None:
             return residual
@@ -269,7 +294,14 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
         return lm_cross_entropy_loss(logits, tokens, attention_mask, per_token)
 
     def input_to_embed(
-        self, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None, past_kv_cache=None
+        self,
+        input,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        attention_mask=None,
+        past_kv_cache=None,
+        *,
+        step: int | None = None,
     ):
         """Embed the input and set `self.forward_state`.
 
@@ -285,7 +317,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             tokens = (input[None] if input.ndim == 1 else input).to(self.embed.W_E.device)
             attention_mask = self._infer_mask(tokens, prepend_bos, padding_side, attention_mask, past_kv_cache)
         batch, n_new = (tokens if tokens is not None else embeds).shape[:2]
-        state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache)
+        state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache, step=step)
         state.tokens = tokens
         if tokens is not None:
             if self.cfg.use_hook_tokens:
@@ -311,7 +343,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             return None
         return get_attention_mask(self.tokenizer, tokens, bos)
 
-    def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache) -> ForwardState:
+    def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
         device = self.embed.W_E.device
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0
         mask = None if attention_mask is None else attention_mask.to(device).long()
@@ -327,12 +359,17 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, HookedRootModule):
             mask = None
         else:
             positions = positions_from_mask(mask)[:, -n_new:]  # [batch, pos]
-        step = past_kv_cache.n_forwards if past_kv_cache is not None else 0
+        if step is None:
+            step = past_kv_cache.n_forwards if past_kv_cache is not None else 0
         causal = self.cfg.attention_dir == "causal"
         return ForwardState(mask, positions, n_new, n_cached + n_new, causal, step, past_kv_cache)
 
     def get_pos_offset(self, past_kv_cache, batch_size: int) -> int:
         return 0 if past_kv_cache is None else past_kv_cache.n_cached
+
+    # -- generation (hooked/generation.py) ------------------------------------------------
+    generate = _generation.generate
+    generate_stream = _generation.generate_stream
 
     # -- caching -----------------------------------------------------------------------
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):

@@ -16,9 +16,11 @@ from jaxtyping import Float, Int
 class HookedTransformerKeyValueCacheEntry:
     """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer."""
 
-    def __init__(self, batch_size: int, n_heads: int, d_head: int, device=None, dtype=torch.float32, frozen=False):
+    def __init__(
+        self, batch_size: int, n_heads: int, d_head: int, device=None, dtype=torch.float32, frozen=False, capacity=0
+    ):
         self.frozen = frozen
-        self._keys = torch.empty(batch_size, 0, n_heads, d_head, device=device, dtype=dtype)
+        self._keys = torch.empty(batch_size, capacity, n_heads, d_head, device=device, dtype=dtype)
         self._values = torch.empty_like(self._keys)
         self.length = 0
 
@@ -72,10 +74,12 @@ class HookedTransformerKeyValueCache:
         self.n_forwards = 0
 
     @classmethod
-    def init_cache(cls, cfg, device=None, batch_size: int = 1) -> HookedTransformerKeyValueCache:
+    def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
+        """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
         heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+        device = cfg.device if device is None else device
         entries = [
-            HookedTransformerKeyValueCacheEntry(batch_size, heads, cfg.d_head, device, cfg.dtype)
+            HookedTransformerKeyValueCacheEntry(batch_size, heads, cfg.d_head, device, cfg.dtype, capacity=capacity)
             for _ in range(cfg.n_layers)
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))

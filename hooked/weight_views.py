@@ -67,6 +67,23 @@ class WeightViewsMixin:
         """`W_V @ W_O` per head, `[n_layers, n_heads, d_model, d_model]`, kept factored."""
         return FactoredMatrix(self.W_V, self.W_O)
 
+    def all_composition_scores(self, mode: str) -> Float[torch.Tensor, "n_layers n_heads n_layers n_heads"]:
+        """How strongly each head's output is read by each later head's queries, keys or values.
+
+        `scores[l1, h1, l2, h2] = |OV[l1,h1] R[l2,h2]|_F / (|OV[l1,h1]|_F |R[l2,h2]|_F)`, with
+        R = `QK` (Q-composition), `QK.T` (K-composition) or `OV` (V-composition); zero
+        unless `l1 < l2`. Computed on `d_head`-sized factors via `collapse_l`/`collapse_r`.
+        """
+        rights = {"Q": lambda: self.QK, "K": lambda: self.QK.T, "V": lambda: self.OV}
+        if mode not in rights:
+            raise ValueError(f"mode must be 'Q', 'K' or 'V', got {mode!r}")
+        left, right = _upcast(self.OV), _upcast(rights[mode]())
+        n_layers = self.cfg.n_layers
+        scores = composition_scores(left, right)  # [L, H, L, H]
+        layer = torch.arange(n_layers, device=scores.device)
+        earlier = layer[:, None, None, None] < layer[None, None, :, None]  # [L, 1, L, 1]
+        return torch.where(earlier, scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
+
     def all_head_labels(self) -> list[str]:
         return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
 
@@ -89,3 +106,35 @@ class WeightViewsMixin:
             tokens = self.to_single_token(tokens)
         tokens = torch.as_tensor(tokens, device=self.W_U.device)
         return self.W_U[:, tokens].movedim(0, -1)
+
+
+def _upcast(m: FactoredMatrix) -> FactoredMatrix:
+    """SVDs need float32 or float64 factors."""
+    if m.A.dtype in (torch.float32, torch.float64):
+        return m
+    return FactoredMatrix(m.A.float(), m.B.float())
+
+
+def composition_scores(
+    left: FactoredMatrix, right: FactoredMatrix, broadcast_dims: bool = True
+) -> Float[torch.Tensor, "..."]:
+    """`|left @ right|_F / (|left|_F |right|_F)` for every pair of matrices.
+
+    With `broadcast_dims`, left's leading dims come first and right's after them (left
+    `[a, b]` x right `[c]` -> `[a, b, c]`); otherwise they broadcast against each other.
+    With `left = U S V^T`, `|left @ right|_F = |S V^T @ right|_F` (U has orthonormal
+    columns), and likewise on the right, so only the small `[m, m]` product
+    `collapse_l(left) @ collapse_r(right)` is formed, from one SVD per matrix.
+    """
+    if broadcast_dims:
+        n_left, n_right = left.ndim - 2, right.ndim - 2
+        for _ in range(n_right):
+            left = left.unsqueeze(n_left)  # [*left_lead, 1.., l, m]
+        for _ in range(n_left):
+            right = right.unsqueeze(0)  # [1.., *right_lead, l, m]
+    if left.rdim != right.ldim:
+        raise ValueError(f"cannot compose {left} with {right}")
+    new_left = left.collapse_l()  # [..., m_left, d]
+    new_right = right.collapse_r()  # [..., d, m_right]
+    comp = torch.linalg.matrix_norm(new_left @ new_right)  # [...]
+    return comp / torch.linalg.matrix_norm(new_left) / torch.linalg.matrix_norm(new_right)

@@ -12,17 +12,45 @@ import torch
 logger = logging.getLogger(__name__)
 
 
+_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
 class SafetensorsStateDict(Mapping):
-    """A lazy state dict over one or more `.safetensors` files: a tensor is read when indexed."""
+    """A lazy state dict over `.safetensors` files: a tensor is read from disk when indexed.
+
+    Each tensor is read straight into its own buffer with `readinto`, not through a
+    memory map, so the only memory a read costs is the tensor itself.
+    """
 
     def __init__(self, files: list[Path]):
-        from safetensors import safe_open
-
-        self._handles = [safe_open(str(f), framework="pt") for f in files]
-        self._where = {key: h for h in self._handles for key in h.keys()}
+        self._where: dict[str, tuple[Path, dict, int]] = {}
+        for path in files:
+            with open(path, "rb") as f:
+                header_len = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(header_len))
+            header.pop("__metadata__", None)
+            for key, info in header.items():
+                self._where[key] = (path, info, 8 + header_len)
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self._where[key].get_tensor(key)
+        path, info, data_start = self._where[key]
+        begin, end = info["data_offsets"]
+        if info["dtype"] not in _DTYPES:
+            raise NotImplementedError(f"{key}: safetensors dtype {info['dtype']} is not supported")
+        tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
+        buffer = tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else None
+        with open(path, "rb") as f:
+            f.seek(data_start + begin)
+            if buffer is not None and f.readinto(buffer) != end - begin:
+                raise OSError(f"{path}: truncated data for tensor {key}")
+        return tensor
+
+    def __contains__(self, key) -> bool:  # Mapping's default would read the tensor to answer
+        return key in self._where
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)

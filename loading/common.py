@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import torch
+from jaxtyping import Float
 
 # HF `hidden_act` / `activation_function` names -> `cfg.act_fn`.
 ACT_FN_NAMES = {"swish": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new"}
@@ -77,13 +78,17 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0) -> tuple[float, dict 
     return float(theta), scaling
 
 
-def bias_or_zeros(hf: Mapping[str, torch.Tensor], key: str, size: int, like: torch.Tensor) -> torch.Tensor:
+def bias_or_zeros(
+    hf: Mapping[str, torch.Tensor], key: str, size: int, like: torch.Tensor
+) -> Float[torch.Tensor, "size"]:
     """The bias stored under `key`, or zeros of `size` (HF omits biases a layer was built without)."""
     bias = hf.get(key)
     return bias if bias is not None else torch.zeros(size, dtype=like.dtype, device=like.device)
 
 
-def unembed_weights(lm_head: torch.Tensor | None, W_E: torch.Tensor) -> dict[str, torch.Tensor]:
+def unembed_weights(
+    lm_head: Float[torch.Tensor, "d_vocab d_model"] | None, W_E: Float[torch.Tensor, "d_vocab d_model"]
+) -> dict[str, torch.Tensor]:
     """`unembed.W_U` `[d_model, d_vocab]` and a zero `unembed.b_U` from an HF `lm_head.weight` `[d_vocab, d_model]`.
 
     A missing `lm_head`, or one sharing `W_E`'s storage, means tied embeddings: `W_U` is

@@ -3,12 +3,15 @@
 The four HF classes share one layout, so one weight converter serves them all:
 
     x = embed_tokens(tokens)
-    per layer:  x += o_proj(attention(rotary(q_proj(n)), rotary(k_proj(n)), v_proj(n)))  with n = input_layernorm(x)
-                x += down_proj(silu(gate_proj(n)) * up_proj(n))                          with n = post_attention_layernorm(x)
+    per layer:  n = input_layernorm(x)
+                x += o_proj(attention(rotary(q_proj(n)), rotary(k_proj(n)), v_proj(n)))
+                n = post_attention_layernorm(x)
+                x += down_proj(silu(gate_proj(n)) * up_proj(n))
     logits = lm_head(norm(x))
 
-RMSNorm everywhere, NeoX half-split rotary over the whole head (HF's default rope for
-these classes ignores `partial_rotary_factor`, so we do too), and grouped-query
+RMSNorm everywhere, NeoX half-split rotary over the whole head (HF's rope for these
+classes never rotates part of a head: 5.x ignores `partial_rotary_factor` for the
+default rope, so we do too), and grouped-query
 attention whenever `num_key_value_heads < num_attention_heads`. The families differ
 only in small config facts:
 
@@ -163,7 +166,8 @@ def attention_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, 
 def gated_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch.Tensor]:
     """SwiGLU `down(act(gate(x)) * up(x))` -> `mlp.W_gate`, `mlp.W_in` (up), `mlp.W_out` (down)."""
     out = {}
-    for name, proj, size in (("gate", "gate_proj", cfg.d_mlp), ("in", "up_proj", cfg.d_mlp), ("out", "down_proj", cfg.d_model)):
+    layers = (("gate", "gate_proj", cfg.d_mlp), ("in", "up_proj", cfg.d_mlp), ("out", "down_proj", cfg.d_model))
+    for name, proj, size in layers:
         w = hf[p + f"{proj}.weight"]  # [d_out, d_in]
         out[f"mlp.W_{name}"] = w.T  # [d_in, d_out]
         out[f"mlp.b_{name}"] = bias_or_zeros(hf, p + f"{proj}.bias", size, w)  # [d_out]

@@ -95,9 +95,8 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
         device=kw.pop("device"),
         n_devices=kw.pop("n_devices"),
     )
+    protected = frozenset(t.untyped_storage().data_ptr() for t in source.state.values()) if source.shared_with_user else frozenset()
     state = get_architecture(arch_name).weights(source.state, cfg)
-    if source.shared_with_user:
-        state = clone_keeping_ties(state)
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
     model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw.pop("default_padding_side"))
@@ -108,22 +107,13 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
         center_unembed=kw.pop("center_unembed"),
         fold_value_biases=kw.pop("fold_value_biases"),
         refactor_factored_attn_matrices=kw.pop("refactor_factored_attn_matrices"),
+        owned=True,
+        protected_storages=protected,
     )
     if kw.pop("move_to_device"):
         model.to(cfg.device)
     logger.info("Loaded pretrained model %s into HookedTransformer", model_name)
     return model
-
-
-def clone_keeping_ties(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Own copies of every tensor (so processing never writes into a user's HF model); W_U stays tied."""
-    tied = state["unembed.W_U"].data_ptr() == state["embed.W_E"].data_ptr()
-    out = {}
-    for key in list(state):
-        out[key] = state.pop(key).clone()
-    if tied:
-        out["unembed.W_U"] = out["embed.W_E"].T
-    return out
 
 
 def _dtype(dtype) -> torch.dtype:

@@ -16,3 +16,71 @@ def bos_tokenizer():
     from tests.helpers import make_tokenizer
 
     return make_tokenizer(prepends_bos=True)
+
+
+# -- the bundled real model (SmolLM2-135M-Instruct): converted once per machine, loaded once per session --
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    from loading.bundled import bundled_checkpoint_dir
+
+    return bundled_checkpoint_dir("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    """Unprocessed hooked SmolLM2 (float32)."""
+    from hooked import HookedTransformer
+
+    return HookedTransformer.from_pretrained_no_processing("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm2_processed(smollm2_dir):
+    """Hooked SmolLM2 with TransformerLens's default weight processing."""
+    from hooked import HookedTransformer
+
+    return HookedTransformer.from_pretrained("smollm2-135m")
+
+
+TEXTS = [
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. It is named after "
+    "the engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889. Locally nicknamed "
+    "the Iron Lady, it was constructed as the centrepiece of the 1889 World's Fair, and to crown the centennial "
+    "anniversary of the French Revolution. Although initially criticised by some of France's leading artists and "
+    "intellectuals for its design, it has since become a global cultural icon of France and one of the most "
+    "recognisable structures in the world.",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n    for _ in range(n):\n"
+    "        a, b = b, a + b\n    return a\n\n\ndef is_prime(n):\n    if n < 2:\n        return False\n"
+    "    for d in range(2, int(n ** 0.5) + 1):\n        if n % d == 0:\n            return False\n    return True\n\n"
+    "print([fibonacci(i) for i in range(10)])\nprint([p for p in range(50) if is_prime(p)])\n",
+    "Photosynthesis is the process by which green plants and some other organisms use sunlight to synthesize "
+    "foods from carbon dioxide and water. Photosynthesis in plants generally involves the green pigment "
+    "chlorophyll and generates oxygen as a byproduct. The light-dependent reactions take place in the thylakoid "
+    "membranes, while the Calvin cycle runs in the stroma of the chloroplast, fixing carbon into sugars that the "
+    "plant uses for energy and growth throughout its life. Almost all life on Earth depends on it, directly or "
+    "indirectly: it fills the atmosphere with oxygen, supplies the organic compounds at the base of nearly every "
+    "food chain, and, over millions of years, laid down the coal, oil and gas that power much of the modern world.",
+    "When Mary and John went to the store, John gave a drink to Mary. Later that evening, Mary and John walked to "
+    "the park, where Mary gave a book to John. The next morning, John and Mary met their friends at the station "
+    "and took the early train to the coast. They spent the whole day swimming, reading and talking about the "
+    "summer, and in the evening they cooked dinner together before returning home on the last train of the day. "
+    "On Sunday, John wrote a long letter to his sister, and Mary painted the view from their kitchen window, a row "
+    "of red roofs under a grey sky, while the radio played old songs in the background.",
+]
+
+
+@pytest.fixture(scope="session")
+def smollm2_batch(smollm2):
+    """4 x 128 tokens of varied real text (prose, code, science, narrative), BOS first."""
+    rows = [smollm2.to_tokens(t, prepend_bos=True, truncate=False)[0, :128] for t in TEXTS]
+    assert all(len(r) == 128 for r in rows), [len(r) for r in rows]
+    return torch.stack(rows)

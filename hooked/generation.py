@@ -1,0 +1,681 @@
+"""Text generation: a KV-cached decoding loop with hooks and activation caches across every step.
+
+One call runs like this (SPEC §7):
+
+    prompt     --prefill, step 0-->   logits [b, V]  --sample-->  token 1
+    token 1    --step 1 ---------->   logits [b, V]  --sample-->  token 2
+    ...
+    token N-1  --step N-1 -------->   logits [b, V]  --sample-->  token N   (never fed back)
+
+Every forward appends its keys and values to a `HookedTransformerKeyValueCache`, so a
+step costs one position instead of the whole sequence. `use_past_kv_cache=False`
+re-runs the full sequence at every step instead: same tokens and logits, slower.
+
+Hooks passed as `fwd_hooks` stay on the model for the whole call. With the KV cache
+they see only the positions fed at that step (`[b, prompt, ...]` at the prefill, then
+`[b, 1, ...]`), and `model.forward_state.step` says which step it is;
+`hooked.utils.at_steps` restricts a hook to chosen steps. Without the cache every
+step feeds (and hooks see) the whole sequence so far. `return_cache=True` stitches the
+per-step activations into one `ActivationCache` equal to `run_with_cache` on the
+sequence that was fed.
+
+Batches are left-padded, so the last column is every row's newest real token; a row
+that samples a stop token keeps running, with its later tokens forced to the pad EOS.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Sequence
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from tqdm.auto import tqdm
+
+from hooked.activation_cache import ActivationCache
+from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+from hooked.utils import USE_DEFAULT_VALUE, AtSteps
+
+logger = logging.getLogger(__name__)
+
+RETURN_TYPES = ("input", "str", "tokens", "embeds")
+
+
+# =========================================================================================
+# Sampling (SPEC §7.2): small pure functions on fp32 last-position logits [batch, vocab]
+# =========================================================================================
+def token_counts(
+    tokens: Int[torch.Tensor, "batch pos"], mask: Int[torch.Tensor, "batch pos"] | None, d_vocab: int
+) -> Float[torch.Tensor, "batch d_vocab"]:
+    """How often each vocabulary id occurs among each row's real tokens (pads, mask 0, excluded)."""
+    weights = torch.ones(tokens.shape, dtype=torch.float32, device=tokens.device) if mask is None else mask.float()
+    counts = torch.zeros(tokens.shape[0], d_vocab, dtype=torch.float32, device=tokens.device)
+    return counts.scatter_add_(1, tokens, weights)
+
+
+def apply_repetition_penalty(
+    logits: Float[torch.Tensor, "batch d_vocab"],
+    tokens: Int[torch.Tensor, "batch pos"],
+    penalty: float,
+    mask: Int[torch.Tensor, "batch pos"] | None = None,
+) -> Float[torch.Tensor, "batch d_vocab"]:
+    """CTRL's repetition penalty: every id already in the row has its logit pushed towards "less likely".
+
+    Positive logits are divided by `penalty`, negative ones multiplied, so a penalty > 1
+    always lowers the probability of repeating (HF's `RepetitionPenaltyLogitsProcessor`,
+    except that pad positions do not count).
+    """
+    if penalty == 1.0:
+        return logits
+    seen = token_counts(tokens, mask, logits.shape[-1]) > 0
+    penalized = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def apply_freq_penalty(
+    logits: Float[torch.Tensor, "batch d_vocab"],
+    tokens: Int[torch.Tensor, "batch pos"],
+    freq_penalty: float,
+    mask: Int[torch.Tensor, "batch pos"] | None = None,
+) -> Float[torch.Tensor, "batch d_vocab"]:
+    """TransformerLens's frequency penalty: subtract `freq_penalty` per earlier occurrence of each id."""
+    if freq_penalty == 0.0:
+        return logits
+    return logits - freq_penalty * token_counts(tokens, mask, logits.shape[-1])
+
+
+def top_k_filter(logits: Float[torch.Tensor, "batch d_vocab"], k: int) -> Float[torch.Tensor, "batch d_vocab"]:
+    """Keep the `k` largest logits of each row (ties with the k-th included); the rest become -inf."""
+    k = min(k, logits.shape[-1])
+    kth_largest = logits.topk(k, dim=-1).values[:, -1:]  # [batch, 1]
+    return logits.masked_fill(logits < kth_largest, float("-inf"))
+
+
+def top_p_filter(logits: Float[torch.Tensor, "batch d_vocab"], p: float) -> Float[torch.Tensor, "batch d_vocab"]:
+    """Nucleus filtering: keep the smallest most-likely-first set whose probability reaches `p`.
+
+    A token is dropped iff the tokens ranked above it already reach `p`, so the top
+    token always survives. `p = 1` keeps everything.
+    """
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    mass_before = F.pad(sorted_logits.softmax(-1).cumsum(-1)[:, :-1], (1, 0))  # [batch, vocab]: mass ranked above
+    drop_sorted = mass_before >= p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample_next_token(
+    logits: Float[torch.Tensor, "batch d_vocab"],
+    tokens: Int[torch.Tensor, "batch pos"] | None = None,
+    mask: Int[torch.Tensor, "batch pos"] | None = None,
+    *,
+    do_sample: bool = True,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    freq_penalty: float = 0.0,
+    repetition_penalty: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Int[torch.Tensor, "batch"]:
+    """One token per row, in SPEC §7.2's order.
+
+    1. repetition penalty over the row's real `tokens`; 2. greedy argmax if `do_sample`
+    is False or `temperature` is 0; 3. divide by `temperature`; 4. frequency penalty;
+    5. top-k (which wins over top-p) or top-p; 6. sample with `generator`.
+    """
+    logits = logits.float()
+    if tokens is not None:
+        logits = apply_repetition_penalty(logits, tokens, repetition_penalty, mask)
+    if not do_sample or temperature == 0.0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if tokens is not None:
+        logits = apply_freq_penalty(logits, tokens, freq_penalty, mask)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    elif top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)  # [batch]
+
+
+def _check_sampling(top_k, top_p, temperature, repetition_penalty) -> None:
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+
+
+# =========================================================================================
+# The prompt: tokens or embeddings, always with a left-padding mask
+# =========================================================================================
+@dataclass
+class Prompt:
+    """What the prefill feeds: token ids or token embeddings, and a mask of its real positions.
+
+    `kind` is the input's kind ("str", "list", "tokens" or "embeds"); it decides what
+    `return_type="input"` gives back.
+    """
+
+    kind: str
+    tokens: Int[torch.Tensor, "batch pos"] | None
+    embeds: Float[torch.Tensor, "batch pos d_model"] | None
+    mask: Int[torch.Tensor, "batch pos"]
+
+    @property
+    def input(self) -> torch.Tensor:
+        return self.tokens if self.tokens is not None else self.embeds
+
+    @property
+    def batch(self) -> int:
+        return self.input.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.input.shape[1]
+
+
+def check_left_padded(mask: Int[torch.Tensor, "batch pos"]) -> None:
+    """Raise unless every row is zeros then ones (left padding) with at least one real token."""
+    right_padded = (mask[:, 1:] < mask[:, :-1]).any(dim=-1)  # a 1 followed by a 0
+    if right_padded.any():
+        rows = right_padded.nonzero().flatten().tolist()
+        raise ValueError(
+            f"generate needs left padding, but attention_mask rows {rows} have a 0 after a 1. "
+            "Tokenize with padding_side='left' (list[str] input is always left-padded)."
+        )
+    if not mask[:, -1].all():
+        raise ValueError("attention_mask has a row with no real token")
+
+
+def prepare_prompt(model, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None) -> Prompt:
+    """Tokenize text (always left-padded), add a batch axis to 1-D tokens, and settle the mask.
+
+    Raw token input without a mask gets `forward`'s pad-id inference (only when the
+    padding side resolves to left), else a mask of ones.
+    """
+    device = model.embed.W_E.device
+    if isinstance(input, (str, list)):
+        tokens, mask = model.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
+        kind, embeds = ("str" if isinstance(input, str) else "list"), None
+    elif input.is_floating_point():
+        kind, tokens, embeds = "embeds", None, (input[None] if input.ndim == 2 else input).to(device)
+        mask = attention_mask
+    else:
+        kind, embeds = "tokens", None
+        tokens = (input[None] if input.ndim == 1 else input).to(device)  # [batch, pos]
+        mask = attention_mask
+        if mask is None:
+            mask = model._infer_mask(tokens, prepend_bos, padding_side, None, None)
+    if kind in ("str", "list") and attention_mask is not None:
+        mask = attention_mask
+    shape = (tokens if tokens is not None else embeds).shape[:2]
+    if shape[1] == 0:
+        raise ValueError("generate needs at least one prompt position (pass prepend_bos=True for an empty string)")
+    mask = torch.ones(shape, dtype=torch.long, device=device) if mask is None else mask.to(device).long()
+    if mask.shape != shape:
+        raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, the prompt {tuple(shape)}")
+    check_left_padded(mask)
+    return Prompt(kind, tokens, embeds, mask)
+
+
+# =========================================================================================
+# Options and the growing state of one call
+# =========================================================================================
+@dataclass(frozen=True)
+class _Options:
+    max_new_tokens: int
+    use_past_kv_cache: bool
+    stop_ids: torch.Tensor | None  # [n_stop]; None when not stopping at EOS
+    pad_id: int | None  # what finished rows keep emitting
+    sampling: dict = field(default_factory=dict)  # keyword arguments of sample_next_token
+    output_logits: bool = False
+    verbose: bool = True
+
+
+def _stop_tokens(model, stop_at_eos: bool, eos_token_id) -> tuple[list[int] | None, int | None]:
+    """(stop ids, pad id) as TransformerLens: an int is its own pad; a list pads with the tokenizer EOS."""
+    if not stop_at_eos:
+        return None, None
+    tokenizer_eos = None if model.tokenizer is None else model.tokenizer.eos_token_id
+    if eos_token_id is None:
+        if tokenizer_eos is None:
+            raise ValueError("stop_at_eos=True needs eos_token_id= when the model has no tokenizer EOS")
+        eos_token_id = tokenizer_eos
+    if isinstance(eos_token_id, int):
+        return [eos_token_id], eos_token_id
+    ids = [int(i) for i in eos_token_id]
+    return ids, tokenizer_eos if tokenizer_eos is not None else ids[0]
+
+
+@dataclass
+class _Progress:
+    """Everything fed or generated so far, in buffers sized for the whole call.
+
+    `tokens` and `mask` are `[batch, prompt + max_new_tokens]`; the first `length`
+    columns are filled. For embeddings input the prompt columns of `tokens` are
+    placeholders (0).
+    """
+
+    prompt: Prompt
+    tokens: Int[torch.Tensor, "batch total"]
+    mask: Int[torch.Tensor, "batch total"]
+    finished: Bool[torch.Tensor, "batch"]
+    length: int
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, prompt: Prompt, max_new_tokens: int) -> _Progress:
+        b, p, device = prompt.batch, prompt.length, prompt.mask.device
+        tokens = torch.zeros(b, p + max_new_tokens, dtype=torch.long, device=device)
+        if prompt.tokens is not None:
+            tokens[:, :p] = prompt.tokens
+        mask = torch.cat([prompt.mask, torch.ones(b, max_new_tokens, dtype=torch.long, device=device)], dim=1)
+        return cls(prompt, tokens, mask, torch.zeros(b, dtype=torch.bool, device=device), p)
+
+    @property
+    def n_new(self) -> int:
+        return self.length - self.prompt.length
+
+    @property
+    def new_tokens(self) -> Int[torch.Tensor, "batch new"]:
+        return self.tokens[:, self.prompt.length : self.length]
+
+    def history(self) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
+        """The tokens the penalties look at (embeddings input: only the generated ones) and their mask."""
+        start = 0 if self.prompt.tokens is not None else self.prompt.length
+        return self.tokens[:, start : self.length], self.mask[:, start : self.length]
+
+    def sequences(self) -> Int[torch.Tensor, "batch pos"]:
+        """Prompt + generated tokens (left padding kept); only the generated ones for embeddings input."""
+        return self.tokens[:, : self.length] if self.prompt.tokens is not None else self.new_tokens
+
+    def append(self, next_tokens: Int[torch.Tensor, "batch"], stop_ids: torch.Tensor | None) -> None:
+        self.tokens[:, self.length] = next_tokens
+        self.length += 1
+        if stop_ids is not None:
+            self.finished |= torch.isin(next_tokens, stop_ids)
+
+
+# =========================================================================================
+# Recording activations across steps
+# =========================================================================================
+class _StepRecorder:
+    """Caching hooks that keep every step's activations, then stitch them into one cache.
+
+    With the KV cache, step t's activations cover only its new positions, so per-position
+    hooks are concatenated along their position axis, and the `[b, H, q_new, k_total]`
+    attention scores/patterns are placed as row blocks of a `[b, H, P, P]` square whose
+    never-computed upper triangle is what the full forward has there (-inf scores, 0
+    pattern). Without the KV cache the last forward already covers every position.
+    """
+
+    def __init__(self, model, names_filter, device, incremental: bool):
+        self.names = model._names_from_filter(names_filter)
+        self.pos_axis = {name: model.hook_dict[name].pos_axis for name in self.names}
+        self.device, self.incremental = device, incremental
+        self.chunks: dict[str, list[torch.Tensor]] = defaultdict(list)
+
+    def hooks(self) -> list[tuple[str, Callable]]:
+        return [(name, self._save) for name in self.names]
+
+    def _save(self, tensor: torch.Tensor, *, hook) -> None:
+        t = tensor.detach() if self.device is None else tensor.detach().to(self.device)
+        if self.incremental:
+            self.chunks[hook.name].append(t)
+        else:
+            self.chunks[hook.name] = [t]
+
+    def assemble(self) -> dict[str, torch.Tensor]:
+        return {name: self._stitch(name, chunks) for name, chunks in self.chunks.items()}
+
+    def _stitch(self, name: str, chunks: list[torch.Tensor]) -> torch.Tensor:
+        if name.endswith(("hook_attn_scores", "hook_pattern")):
+            return stitch_attention(chunks, float("-inf") if name.endswith("hook_attn_scores") else 0.0)
+        return torch.cat(chunks, dim=self.pos_axis[name] or 0)
+
+
+def stitch_attention(
+    chunks: Sequence[Float[torch.Tensor, "batch head q_new k_total"]], fill: float
+) -> Float[torch.Tensor, "batch head pos pos"]:
+    """Place each step's query rows `[k_total - q_new, k_total)` of a square, the rest `fill`."""
+    n = chunks[-1].shape[-1]
+    square = chunks[0].new_full((*chunks[0].shape[:2], n, n), fill)  # [batch, head, query, key]
+    for chunk in chunks:
+        k_total, q_new = chunk.shape[-1], chunk.shape[-2]
+        square[:, :, k_total - q_new : k_total, :k_total] = chunk
+    return square
+
+
+# =========================================================================================
+# The decoding loop
+# =========================================================================================
+def _forward_step(model, progress: _Progress, step: int, kv_cache) -> Float[torch.Tensor, "batch d_vocab"]:
+    """Last-position logits after feeding what this step needs.
+
+    With the KV cache: the prompt at step 0, then only the newest token (its mask, 1,
+    is appended by the cache). Without it: the whole sequence so far, every step.
+    """
+    prompt = progress.prompt
+    if kv_cache is not None and step > 0:
+        newest = progress.tokens[:, progress.length - 1 : progress.length]  # [batch, 1]
+        return model(newest, past_kv_cache=kv_cache)[:, -1]
+    if kv_cache is not None:
+        return model(prompt.input, attention_mask=prompt.mask, past_kv_cache=kv_cache)[:, -1]
+    fed = progress.sequences()
+    if prompt.embeds is not None:  # embeddings of the prompt, then of the generated tokens
+        fed = torch.cat([prompt.embeds, model.embed(progress.new_tokens)], dim=1)  # [batch, length, d_model]
+    return model(fed, attention_mask=progress.mask[:, : progress.length], step=step)[:, -1]
+
+
+def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, opts: _Options):
+    """Sample (or argmax) one token per row; rows already finished emit the pad EOS."""
+    history, history_mask = progress.history()
+    next_tokens = sample_next_token(logits, history, history_mask, **opts.sampling)
+    if opts.stop_ids is not None:
+        next_tokens = next_tokens.masked_fill(progress.finished, opts.pad_id)
+    return next_tokens
+
+
+def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+    """Yield each step's `[batch]` tokens; return the final `_Progress`.
+
+    `hooks` (the user's, then any recorder's) stay on the model from the first step
+    until the generator finishes, fails or is closed. Inference mode is entered per
+    step, never across a `yield`, so a consumer of `generate_stream` is unaffected.
+    """
+    progress = _Progress.start(prompt, opts.max_new_tokens)
+    at_steps_hooks = [fn for _, fn in hooks if isinstance(fn, AtSteps)]
+    for fn in at_steps_hooks:
+        fn.model = model
+        fn.reset()
+    kv_cache = None
+    if opts.use_past_kv_cache:
+        capacity = prompt.length + opts.max_new_tokens
+        kv_cache = HookedTransformerKeyValueCache.init_cache(model.cfg, prompt.mask.device, prompt.batch, capacity=capacity)
+    bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
+    try:
+        with model.hooks(hooks):
+            for step in range(opts.max_new_tokens):
+                with torch.inference_mode():
+                    logits = _forward_step(model, progress, step, kv_cache)
+                    next_tokens = _next_tokens(logits, progress, opts)
+                    if opts.output_logits:
+                        progress.logits.append(logits.clone())
+                    progress.append(next_tokens, opts.stop_ids)
+                bar.update(1)
+                yield next_tokens
+                if opts.stop_ids is not None and bool(progress.finished.all()):
+                    break
+    finally:
+        bar.close()
+        model.forward_state = None  # release the KV cache it references
+    for fn in at_steps_hooks:
+        fn.check()
+    return progress
+
+
+# =========================================================================================
+# Outputs
+# =========================================================================================
+@dataclass
+class GenerationOutput:
+    """The structured result of `generate(..., output_logits=True)` or `return_cache=True`.
+
+    Attributes:
+        sequences: `[b, prompt + new]` tokens, left padding kept (embeddings input:
+            `[b, new]`).
+        text: each row of `sequences` decoded with `skip_special_tokens=True` (None
+            without a tokenizer).
+        logits: one `[b, V]` tensor per generated token: the last-position logits it
+            was sampled from (after the output soft-cap, before any sampling step).
+        cache: with `return_cache`, the activations of every fed position (§11).
+        attention_mask: `[b, prompt + new]`, 1 for real tokens.
+        finished: `[b]`, True for rows that produced a stop token.
+    """
+
+    sequences: Int[torch.Tensor, "batch pos"]
+    text: list[str] | None
+    logits: tuple[Float[torch.Tensor, "batch d_vocab"], ...] | None
+    cache: ActivationCache | None
+    attention_mask: Int[torch.Tensor, "batch pos"]
+    finished: Bool[torch.Tensor, "batch"]
+
+
+def _decode_text(model, tokens: Int[torch.Tensor, "batch pos"]) -> list[str]:
+    return [model.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+
+
+def _format(model, progress: _Progress, return_type: str):
+    """The tokens, text or token embeddings that `return_type` asks for.
+
+    Runs outside inference mode and returns fresh tensors, so results can feed later
+    autograd-tracked forwards (inference-mode tensors cannot).
+    """
+    prompt = progress.prompt
+    if return_type == "input":
+        return_type = {"str": "str", "list": "str", "tokens": "tokens", "embeds": "embeds"}[prompt.kind]
+    if return_type == "tokens":
+        return progress.sequences().clone()
+    if return_type == "str":
+        texts = _decode_text(model, progress.sequences())
+        if prompt.kind == "str" or (prompt.kind != "list" and len(texts) == 1):
+            return texts[0]
+        return texts
+    with torch.no_grad():
+        if prompt.embeds is None:
+            return model.embed(progress.sequences().clone())  # [batch, prompt + new, d_model]
+        return torch.cat([prompt.embeds, model.embed(progress.new_tokens.clone())], dim=1)  # [batch, prompt + new, d_model]
+
+
+def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> GenerationOutput:
+    """Assemble the `GenerationOutput` (outside inference mode: every tensor is a fresh, ordinary one)."""
+    cache = None
+    if recorder is not None:
+        n_fed = progress.length - 1  # the last sampled token is never fed
+        cache = ActivationCache(recorder.assemble(), model)
+        cache.attention_mask = progress.mask[:, :n_fed].clone()
+        cache.tokens = progress.tokens[:, :n_fed].clone() if progress.prompt.tokens is not None else None
+    sequences = progress.sequences().clone()
+    return GenerationOutput(
+        sequences=sequences,
+        text=_decode_text(model, sequences) if model.tokenizer is not None else None,
+        logits=tuple(t.clone() for t in progress.logits) if progress.logits else None,
+        cache=cache,
+        attention_mask=progress.mask[:, : progress.length].clone(),
+        finished=progress.finished.clone(),
+    )
+
+
+# =========================================================================================
+# Public entry points
+# =========================================================================================
+@dataclass
+class _Call:
+    """A validated generate call: the prompt, the loop options and the hooks to attach."""
+
+    prompt: Prompt
+    opts: _Options
+    hooks: list
+    recorder: _StepRecorder | None
+
+
+def _prepare(
+    model, input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature, freq_penalty,
+    use_past_kv_cache, prepend_bos, padding_side, return_type, verbose, repetition_penalty, attention_mask,
+    fwd_hooks, return_cache, names_filter, device, output_logits, generator, seed,
+) -> _Call:  # fmt: skip
+    if return_type not in RETURN_TYPES:
+        raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+    _check_sampling(top_k, top_p, temperature, repetition_penalty)
+    if any(hp.bwd_hooks for hp in model.hook_dict.values()):
+        raise ValueError(
+            "generate runs under torch.inference_mode, where backward hooks never fire: remove them first "
+            "(model.reset_hooks(direction='bwd'))."
+        )
+    prompt = prepare_prompt(model, input, prepend_bos, padding_side, attention_mask)
+    if generator is None and seed is not None:
+        generator = torch.Generator(device=prompt.mask.device).manual_seed(seed)
+    stop_ids, pad_id = _stop_tokens(model, stop_at_eos, eos_token_id)
+    sampling = dict(
+        do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature, generator=generator,
+        freq_penalty=freq_penalty if prompt.tokens is not None else 0.0,  # TransformerLens: token input only
+        repetition_penalty=repetition_penalty,
+    )  # fmt: skip
+    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=prompt.mask.device)
+    opts = _Options(max_new_tokens, use_past_kv_cache, stop_tensor, pad_id, sampling, output_logits, verbose)
+    recorder = _StepRecorder(model, names_filter, device, use_past_kv_cache) if return_cache else None
+    hooks = list(fwd_hooks) + (recorder.hooks() if recorder is not None else [])
+    return _Call(prompt, opts, hooks, recorder)
+
+
+def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def generate(
+    model,
+    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    max_new_tokens: int = 10,
+    stop_at_eos: bool = True,
+    eos_token_id: int | list[int] | None = None,
+    do_sample: bool = True,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    freq_penalty: float = 0.0,
+    use_past_kv_cache: bool = True,
+    prepend_bos=USE_DEFAULT_VALUE,
+    padding_side=USE_DEFAULT_VALUE,
+    return_type: str = "input",
+    verbose: bool = True,
+    *,
+    repetition_penalty: float = 1.0,
+    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+    return_cache: bool = False,
+    names_filter=None,
+    device=None,
+    output_logits: bool = False,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+):
+    """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (SPEC §7).
+
+    Arguments:
+        input: text, a list of texts (always left-padded), tokens `[b, p]` or `[p]`
+            (with an optional left-padding `attention_mask`), or embeddings `[b, p, d]`.
+        max_new_tokens: the most tokens to add; fewer if every row stops early.
+        stop_at_eos, eos_token_id: a row finishes when it samples a stop id (an int or
+            a list; None = the tokenizer's EOS) and then emits the pad EOS.
+        do_sample, top_k, top_p, temperature, freq_penalty, repetition_penalty,
+            generator, seed: sampling, in SPEC §7.2's order. Sampling is the default
+            (`do_sample=True`, as in TransformerLens); `seed` makes a generator.
+        use_past_kv_cache: feed one token per step (True) or the whole sequence.
+        prepend_bos, padding_side: tokenization of text, and the pad inference for raw
+            tokens without a mask (text is left-padded regardless).
+        return_type: "input" (the input's kind), "str", "tokens" or "embeds".
+        verbose: show a tqdm progress bar.
+        fwd_hooks: `(name or filter, fn)` pairs active from the prefill to the last step,
+            removed afterwards (also on error). `model.forward_state.step` is 0 at the
+            prefill and t at step t; see `hooked.utils.at_steps`.
+        return_cache, names_filter, device: record the activations of every fed position
+            after all interventions, as `run_with_cache(sequence[:, :-1])` would.
+        output_logits: also return each step's pre-sampling logits.
+
+    Returns:
+        The `return_type` output, or a `GenerationOutput` if `output_logits` or
+        `return_cache` is set.
+    """
+    call = _prepare(model, **_arguments(locals()))
+    with torch.inference_mode():
+        progress = _drain(_decode(model, call.prompt, call.opts, call.hooks))
+    if output_logits or return_cache:
+        return _structured(model, progress, call.recorder)
+    return _format(model, progress, return_type)
+
+
+def generate_stream(
+    model,
+    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    max_new_tokens: int = 10,
+    stop_at_eos: bool = True,
+    eos_token_id: int | list[int] | None = None,
+    do_sample: bool = True,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    freq_penalty: float = 0.0,
+    use_past_kv_cache: bool = True,
+    prepend_bos=USE_DEFAULT_VALUE,
+    padding_side=USE_DEFAULT_VALUE,
+    return_type: str = "input",
+    verbose: bool = False,
+    *,
+    max_tokens_per_yield: int = 25,
+    repetition_penalty: float = 1.0,
+    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+    return_cache: bool = False,
+    names_filter=None,
+    device=None,
+    output_logits: bool = False,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> Generator[torch.Tensor | str | list[str], None, Any]:
+    """`generate`, yielding the new tokens in chunks of at most `max_tokens_per_yield` as they come.
+
+    Each chunk is `[b, <= max_tokens_per_yield]` token ids, or its decoded text for text
+    input (a str for str input, a list for list input). When the stream is exhausted its
+    return value (`StopIteration.value`, or the result of `yield from`) is what
+    `generate` would have returned. Hooks stay attached until the stream ends or is
+    closed.
+    """
+    if max_tokens_per_yield < 1:
+        raise ValueError(f"max_tokens_per_yield must be >= 1, got {max_tokens_per_yield}")
+    arguments = _arguments(locals())
+    arguments.pop("max_tokens_per_yield")
+    call = _prepare(model, **arguments)
+    steps = _decode(model, call.prompt, call.opts, call.hooks)
+    chunk: list[torch.Tensor] = []
+    while True:
+        try:
+            chunk.append(next(steps))
+        except StopIteration as done:
+            progress = done.value
+            break
+        if len(chunk) == max_tokens_per_yield:
+            yield _stream_chunk(model, call.prompt, chunk)
+            chunk = []
+    if chunk:
+        yield _stream_chunk(model, call.prompt, chunk)
+    if output_logits or return_cache:
+        return _structured(model, progress, call.recorder)
+    return _format(model, progress, return_type)
+
+
+def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
+    tokens = torch.stack(chunk, dim=1)  # [batch, chunk]
+    if prompt.kind == "str":
+        return model.tokenizer.decode(tokens[0], skip_special_tokens=True)
+    if prompt.kind == "list":
+        return _decode_text(model, tokens)
+    return tokens
+
+
+def _arguments(local_vars: dict) -> dict:
+    """A public function's arguments, for `_prepare` (everything but the model)."""
+    return {k: v for k, v in local_vars.items() if k != "model"}
+

@@ -1,0 +1,61 @@
+"""`HookedTransformer` methods for weight processing (TransformerLens names).
+
+The state-dict processors are thin wrappers over the pure functions of
+`hooked.weight_processing`, bound to this model's config: they return the processed
+state dict and leave the model alone. `process_weights_` processes the model's own
+weights in place of the old ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hooked import weight_processing as wp
+
+StateDict = dict[str, torch.Tensor]
+
+
+class WeightProcessingMixin:
+    """Needs `self.cfg`, `self.state_dict()` and `self.load_and_process_state_dict(...)`."""
+
+    def process_weights_(
+        self,
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        refactor_factored_attn_matrices: bool = False,
+        fold_value_biases: bool = True,
+    ) -> None:
+        """Process this model's weights (fold norms, center, ...) without changing its outputs.
+
+        Steps already recorded in `cfg.weight_processing` are skipped with a warning, so
+        calling this twice equals calling it once.
+        """
+        self.load_and_process_state_dict(
+            self.state_dict(),
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        )
+
+    def fold_layer_norm(self, state_dict: StateDict, fold_biases: bool = True, center_weights: bool = True) -> StateDict:
+        """Fold the norms' gains (and LayerNorm biases) into their readers; see `weight_processing.fold_layer_norm`."""
+        return wp.fold_layer_norm(state_dict, self.cfg, fold_biases=fold_biases, center_weights=center_weights)
+
+    def center_writing_weights(self, state_dict: StateDict) -> StateDict:
+        """Remove the mean over d_model from every residual-stream writer (exact for LayerNorm models)."""
+        return wp.center_writing_weights(state_dict, self.cfg)
+
+    def center_unembed(self, state_dict: StateDict) -> StateDict:
+        """Remove the mean over the vocabulary from W_U and b_U (log-probs unchanged)."""
+        return wp.center_unembed(state_dict, self.cfg)
+
+    def fold_value_biases(self, state_dict: StateDict) -> StateDict:
+        """Move b_V into b_O (each attention row sums to 1)."""
+        return wp.fold_value_biases(state_dict, self.cfg)
+
+    def refactor_factored_attn_matrices(self, state_dict: StateDict) -> StateDict:
+        """Rebalance each head's QK and OV factors by SVD (non-rotary MHA models without qk-norm)."""
+        return wp.refactor_factored_attn_matrices(state_dict, self.cfg)

