@@ -20,24 +20,21 @@ def _normalize(hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: f
     """`x / sqrt(var + eps)`, with the divisor passing through `hook_scale`.
 
     Computed as `x * rsqrt(var + eps)`, bit for bit what HuggingFace computes, unless a
-    hook replaced or edited the scale, in which case the edited scale divides `x`.
+    hook replaced or edited the scale (then the edited scale divides `x`) or a backward
+    hook on the scale needs the gradient to flow through it.
     """
     scale = (var + eps).sqrt()
-    if torch.is_inference(scale):  # inference tensors have no version counter: compare values instead
-        before = scale.clone() if hook_scale._fwd_fns else scale
-        hooked = hook_scale(scale)
-        unchanged = hooked is scale and (before is scale or torch.equal(before, scale))
-    else:
-        version = scale._version
-        hooked = hook_scale(scale)
-        unchanged = hooked is scale and scale._version == version
-    if unchanged:
+    if hook_scale._bwd_fns:
+        return x / hook_scale(scale)
+    before = scale.clone() if hook_scale._fwd_fns else None  # [batch, pos, 1]: cheap to compare
+    hooked = hook_scale(scale)
+    if hooked is scale and (before is None or torch.equal(before, scale)):
         return x * torch.rsqrt(var + eps)
     return x / hooked
 
 
-class LayerNormPre(nn.Module):
-    """Center and divide by the standard deviation over the last axis; no parameters."""
+class _NormPre(nn.Module):
+    """Shared machinery: hook points, float32 statistics, the division through `hook_scale`."""
 
     def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
         super().__init__()
@@ -46,13 +43,24 @@ class LayerNormPre(nn.Module):
         self.hook_scale = HookPoint()  # [batch, pos, 1] (or [batch, pos, head, 1])
         self.hook_normalized = HookPoint()  # [batch, pos, length]
 
+    def statistics(self, x32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(numerator, var)`: what is divided, and the mean square whose root divides it."""
+        raise NotImplementedError
+
     def normalize(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        x32 = x.float()
-        var, mean = torch.var_mean(x32, dim=-1, correction=0, keepdim=True)
-        return self.hook_normalized(_normalize(self.hook_scale, x32 - mean, var, self.eps).to(x.dtype))
+        numerator, var = self.statistics(x.float())
+        return self.hook_normalized(_normalize(self.hook_scale, numerator, var, self.eps).to(x.dtype))
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         return self.normalize(x)
+
+
+class LayerNormPre(_NormPre):
+    """Center and divide by the standard deviation over the last axis; no parameters."""
+
+    def statistics(self, x32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        var, mean = torch.var_mean(x32, dim=-1, correction=0, keepdim=True)
+        return x32 - mean, var
 
 
 class LayerNorm(LayerNormPre):
@@ -67,23 +75,11 @@ class LayerNorm(LayerNormPre):
         return torch.addcmul(self.b, self.normalize(x), self.w)
 
 
-class RMSNormPre(nn.Module):
+class RMSNormPre(_NormPre):
     """Divide by the root mean square over the last axis; no parameters."""
 
-    def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
-        super().__init__()
-        self.eps = cfg.eps
-        self.length = length or cfg.d_model
-        self.hook_scale = HookPoint()  # [batch, pos, 1] (or [batch, pos, head, 1])
-        self.hook_normalized = HookPoint()  # [batch, pos, length]
-
-    def normalize(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        x32 = x.float()
-        var = x32.pow(2).mean(-1, keepdim=True)
-        return self.hook_normalized(_normalize(self.hook_scale, x32, var, self.eps).to(x.dtype))
-
-    def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        return self.normalize(x)
+    def statistics(self, x32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x32, x32.pow(2).mean(-1, keepdim=True)
 
 
 class RMSNorm(RMSNormPre):

@@ -59,3 +59,16 @@ def test_bf16_input_uses_float32_statistics():
     assert out.dtype == torch.bfloat16
     ref = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + CFG.eps)
     torch.testing.assert_close(out, ref.bfloat16(), atol=0, rtol=0)
+
+
+def test_backward_hook_on_scale_sees_the_gradient():
+    root = Root(RMSNorm(CFG))
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    grads = []
+    root.add_hook("norm.hook_scale", lambda g, hook: grads.append(g), dir="bwd")
+    root(x).sum().backward()
+    assert len(grads) == 1 and grads[0].shape == (2, 3, 1)
+    # reference: d(sum(w * x / s)) / ds = -sum(w * x) / s^2
+    s = (x.detach().pow(2).mean(-1, keepdim=True) + CFG.eps).sqrt()
+    ref = -(root.norm.w.detach() * x.detach()).sum(-1, keepdim=True) / s**2
+    torch.testing.assert_close(grads[0], ref, atol=1e-5, rtol=1e-5)
