@@ -36,7 +36,8 @@ def load_models():
     from loading.bundled import bundled_checkpoint_dir
 
     model = HookedTransformer.from_pretrained("smollm2-135m", **NO_PROCESSING)
-    hf = transformers.LlamaForCausalLM.from_pretrained(bundled_checkpoint_dir("smollm2-135m"), dtype=torch.float32).eval()
+    path = bundled_checkpoint_dir("smollm2-135m")
+    hf = transformers.LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     hf.generation_config.eos_token_id = None  # always generate every token, as stop_at_eos=False does
     return model, hf
 
@@ -91,7 +92,8 @@ def main() -> None:
                     theirs.append(t_hf)
             n = batch * args.new_tokens
             ours_rate, hf_rate = n / statistics.median(ours), n / statistics.median(theirs)
-            print(f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ours_rate / hf_rate:>6.2f}  {same}")
+            ratio = ours_rate / hf_rate
+            print(f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f}  {same}")
 
 
 def hook_per_layer(model):

@@ -196,27 +196,26 @@ def check_left_padded(mask: Int[torch.Tensor, "batch pos"]) -> None:
         raise ValueError("attention_mask has a row with no real token")
 
 
-def prepare_prompt(model, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None) -> Prompt:
+def prepare_prompt(
+    model, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None
+) -> Prompt:
     """Tokenize text (always left-padded), add a batch axis to 1-D tokens, and settle the mask.
 
     Raw token input without a mask gets `forward`'s pad-id inference (only when the
     padding side resolves to left), else a mask of ones.
     """
     device = model.embed.W_E.device
+    tokens, embeds, mask = None, None, attention_mask
     if isinstance(input, (str, list)):
-        tokens, mask = model.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
-        kind, embeds = ("str" if isinstance(input, str) else "list"), None
+        kind = "str" if isinstance(input, str) else "list"
+        tokens, text_mask = model.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
+        mask = text_mask if mask is None else mask
     elif input.is_floating_point():
-        kind, tokens, embeds = "embeds", None, (input[None] if input.ndim == 2 else input).to(device)
-        mask = attention_mask
+        kind, embeds = "embeds", (input[None] if input.ndim == 2 else input).to(device)  # [batch, pos, d_model]
     else:
-        kind, embeds = "tokens", None
-        tokens = (input[None] if input.ndim == 1 else input).to(device)  # [batch, pos]
-        mask = attention_mask
+        kind, tokens = "tokens", (input[None] if input.ndim == 1 else input).to(device)  # [batch, pos]
         if mask is None:
             mask = model._infer_mask(tokens, prepend_bos, padding_side, None, None)
-    if kind in ("str", "list") and attention_mask is not None:
-        mask = attention_mask
     shape = (tokens if tokens is not None else embeds).shape[:2]
     if shape[1] == 0:
         raise ValueError("generate needs at least one prompt position (pass prepend_bos=True for an empty string)")
@@ -400,7 +399,9 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
     kv_cache = None
     if opts.use_past_kv_cache:
         capacity = prompt.length + opts.max_new_tokens
-        kv_cache = HookedTransformerKeyValueCache.init_cache(model.cfg, prompt.mask.device, prompt.batch, capacity=capacity)
+        kv_cache = HookedTransformerKeyValueCache.init_cache(
+            model.cfg, prompt.mask.device, prompt.batch, capacity=capacity
+        )
     bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
     try:
         with model.hooks(hooks):
@@ -473,7 +474,8 @@ def _format(model, progress: _Progress, return_type: str):
     with torch.no_grad():
         if prompt.embeds is None:
             return model.embed(progress.sequences().clone())  # [batch, prompt + new, d_model]
-        return torch.cat([prompt.embeds, model.embed(progress.new_tokens.clone())], dim=1)  # [batch, prompt + new, d_model]
+        new_embeds = model.embed(progress.new_tokens.clone())  # [batch, new, d_model]
+        return torch.cat([prompt.embeds, new_embeds], dim=1)  # [batch, prompt + new, d_model]
 
 
 def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> GenerationOutput:
@@ -515,6 +517,8 @@ def _prepare(
 ) -> _Call:  # fmt: skip
     if return_type not in RETURN_TYPES:
         raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     _check_sampling(top_k, top_p, temperature, repetition_penalty)
     if any(hp.bwd_hooks for hp in model.hook_dict.values()):
         raise ValueError(

@@ -33,7 +33,9 @@ class HookedTransformerKeyValueCacheEntry:
         return self._values[:, : self.length]
 
     def update(
-        self, keys: Float[torch.Tensor, "batch new kv_head d_head"], values: Float[torch.Tensor, "batch new kv_head d_head"]
+        self,
+        keys: Float[torch.Tensor, "batch new kv_head d_head"],
+        values: Float[torch.Tensor, "batch new kv_head d_head"],
     ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_head"]]:
         """Keys and values of all positions (cached + new); stores the new ones unless frozen."""
         if self.frozen:

@@ -43,7 +43,8 @@ def models():
 def greedy_pair(model, hf, prompts):
     tokens, mask = model.to_tokens(prompts, padding_side="left", return_attention_mask=True)
     eos = model.tokenizer.eos_token_id
-    ours = model.generate(tokens, max_new_tokens=N_NEW, attention_mask=mask, do_sample=False, eos_token_id=eos, verbose=False)
+    run = dict(max_new_tokens=N_NEW, attention_mask=mask, do_sample=False, eos_token_id=eos, verbose=False)
+    ours = model.generate(tokens, **run)
     with torch.inference_mode():
         theirs = hf.generate(
             tokens, attention_mask=mask, max_new_tokens=N_NEW, do_sample=False, eos_token_id=eos, pad_token_id=eos
@@ -64,7 +65,8 @@ def test_greedy_matches_hf_left_padded_batch(models):
 def test_cached_logits_equal_uncached(models):
     model, _ = models
     tokens, mask = model.to_tokens(PROMPTS, padding_side="left", return_attention_mask=True)
-    run = dict(max_new_tokens=16, attention_mask=mask, do_sample=False, stop_at_eos=False, verbose=False, output_logits=True)
+    run = dict(max_new_tokens=16, attention_mask=mask, do_sample=False, stop_at_eos=False, verbose=False)
+    run.update(output_logits=True)
     cached = model.generate(tokens, **run)
     uncached = model.generate(tokens, use_past_kv_cache=False, **run)
     assert torch.equal(cached.sequences, uncached.sequences)

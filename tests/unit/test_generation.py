@@ -92,19 +92,23 @@ def max_real_diff(a, b):
 
 
 # -- HF parity --------------------------------------------------------------------------------
-def hf_greedy(hf, tokens, mask, n, eos):
+def hf_greedy(hf, tokens, mask, n, eos, **kwargs):
     with torch.no_grad():
-        return hf.generate(tokens, attention_mask=mask, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=eos)
+        return hf.generate(
+            tokens, attention_mask=mask, max_new_tokens=n, do_sample=False, eos_token_id=eos, pad_token_id=eos, **kwargs
+        )
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_greedy_matches_hf_one_prompt(family, request):
     hf, model = request.getfixturevalue(f"{family}_pair")
     tokens = model.to_tokens(PROMPTS[0])
-    ours = greedy(model, tokens, n=20, stop_at_eos=True)
     eos = model.tokenizer.eos_token_id
-    theirs = hf_greedy(hf, tokens, torch.ones_like(tokens), 20, eos)
-    assert torch.equal(ours, theirs)
+    ours = greedy(model, tokens, n=20, stop_at_eos=True)
+    assert torch.equal(ours, hf_greedy(hf, tokens, torch.ones_like(tokens), 20, eos))
+    # the repetition penalty is HF's formula (no pads here, which HF would also penalize)
+    ours = greedy(model, tokens, n=20, stop_at_eos=True, repetition_penalty=1.5)
+    assert torch.equal(ours, hf_greedy(hf, tokens, torch.ones_like(tokens), 20, eos, repetition_penalty=1.5))
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -145,7 +149,8 @@ def test_steps_and_shapes_seen_by_hooks(gpt2_pair):
 
     for use_cache in (True, False):
         seen.clear()
-        greedy(model, tokens, mask, n=4, use_past_kv_cache=use_cache, fwd_hooks=[("blocks.0.attn.hook_pattern", record)])
+        hooks = [("blocks.0.attn.hook_pattern", record)]
+        greedy(model, tokens, mask, n=4, use_past_kv_cache=use_cache, fwd_hooks=hooks)
         b, p = tokens.shape
         H = model.cfg.n_heads
         if use_cache:
@@ -171,6 +176,7 @@ def test_generation_cache_equals_run_with_cache(model, use_cache):
     assert out.cache["pattern", 0].shape == (3, model.cfg.n_heads, n_fed, n_fed)
     assert torch.equal(out.cache.attention_mask, fed_mask) and torch.equal(out.cache.tokens, fed)
     assert not model.list_hooks()
+    assert all(block.attn._use_sdpa() for block in model.blocks)  # the explicit path was for that call only
 
 
 def test_generation_cache_names_filter_records_after_interventions(gpt2_pair):

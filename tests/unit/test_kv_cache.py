@@ -60,7 +60,8 @@ def test_chunked_decoding_equals_full_forward(model, splits):
     for n in splits:
         chunk = slice(start, start + n)
         logits = model(tokens[:, chunk], attention_mask=mask[:, chunk], past_kv_cache=cache)
-        torch.testing.assert_close(real(logits, mask[:, chunk]), real(full[:, chunk], mask[:, chunk]), atol=1e-5, rtol=0)
+        expected = real(full[:, chunk], mask[:, chunk])
+        torch.testing.assert_close(real(logits, mask[:, chunk]), expected, atol=1e-5, rtol=0)
         start += n
     assert cache.n_cached == 12 and cache.n_forwards == len(splits)
     assert torch.equal(cache.previous_attention_mask, mask)
