@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PROMPT ?= The Eiffel Tower is in the city of
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -21,8 +21,11 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(BIN)/hooked inspect "$(PROMPT)"
 
-test: venv
+test: venv lint
 	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check hooked components loading tests benchmarks
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -30,6 +33,8 @@ test-fast: venv
 bench: venv
 	$(BIN)/python benchmarks/forward.py
 	$(BIN)/python benchmarks/generate.py
+	$(BIN)/python benchmarks/load.py
+	$(BIN)/python benchmarks/patching.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any, Callable, Sequence, Union
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 import torch
