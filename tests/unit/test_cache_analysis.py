@@ -49,6 +49,18 @@ def setup(request):
     return (model, *run(model))
 
 
+@pytest.fixture(scope="module", params=[k for k, v in VARIANTS.items() if not v.get("attn_only")])
+def setup_with_mlp(request):
+    model = make_model(**VARIANTS[request.param])
+    return (model, *run(model))
+
+
+@pytest.fixture(scope="module", params=[k for k, v in VARIANTS.items() if v.get("normalization_type", "LN") is not None])
+def setup_with_norm(request):
+    model = make_model(**VARIANTS[request.param])
+    return (model, *run(model))
+
+
 def resid_entering(cache, model, layer: int, mlp_input: bool = False):
     if mlp_input:
         return cache["resid_mid", layer]
@@ -179,10 +191,8 @@ def test_logit_lens_soft_cap():
 
 
 @pytest.mark.parametrize("apply_ln", [False, True])
-def test_neuron_results_and_projection(setup, apply_ln):
-    model, _, _, cache = setup
-    if model.cfg.attn_only:
-        pytest.skip("no neurons")
+def test_neuron_results_and_projection(setup_with_mlp, apply_ln):
+    model, _, _, cache = setup_with_mlp
     d, d_mlp = model.cfg.d_model, model.cfg.d_mlp
     per_neuron = cache.get_neuron_results(1)
     assert per_neuron.shape == (2, 6, d_mlp, d)
@@ -269,11 +279,9 @@ def test_cache_token_index_under_left_padding():
     assert plain.token_index(-2).tolist() == [3, 3]
 
 
-def test_apply_ln_of_full_decomposition_is_the_normalized_stream(setup):
+def test_apply_ln_of_full_decomposition_is_the_normalized_stream(setup_with_norm):
     """Cached-scale LN is linear, so the normalized components sum to the norm's `hook_normalized`."""
-    model, _, _, cache = setup
-    if model.cfg.normalization_type is None:
-        pytest.skip("no norm")
+    model, _, _, cache = setup_with_norm
     L = model.cfg.n_layers
     readers = [(1, False, "blocks.1.ln1.hook_normalized"), (None, False, "ln_final.hook_normalized")]
     if not model.cfg.attn_only:
