@@ -323,16 +323,54 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             if self.cfg.use_hook_tokens:
                 tokens = self.hook_tokens(tokens)
             embeds = self.embed(tokens)
-        residual = self.hook_embed(embeds)  # [batch, pos, d_model]
-        shortformer_pos_embed = None
-        if hasattr(self, "pos_embed"):
-            new_mask = None if state.attention_mask is None else state.attention_mask[:, -n_new:]
-            pos_embed = self.hook_pos_embed(self.pos_embed(state.positions, new_mask))  # [batch, pos, d_model]
-            if self.cfg.positional_embedding_type == "shortformer":
-                shortformer_pos_embed = pos_embed
-            else:
-                residual = residual + pos_embed
+        embeds = self.hook_embed(embeds)  # [batch, pos, d_model]
+        new_mask = None if state.attention_mask is None else state.attention_mask[:, -n_new:]
+        residual, shortformer_pos_embed = self._add_pos_embed(embeds, state.positions, new_mask)
         return residual, tokens, shortformer_pos_embed, attention_mask
+
+    def get_residual(
+        self,
+        embed: Float[torch.Tensor, "batch pos d_model"],
+        pos_offset: int = 0,
+        prepend_bos=USE_DEFAULT_VALUE,
+        attention_mask: Int[torch.Tensor, "batch offset_pos"] | None = None,
+        tokens: Int[torch.Tensor, "batch pos"] | None = None,
+        return_shortformer_pos_embed: bool = True,
+        device=None,
+    ):
+        """Add the position embedding to token embeddings, as the forward pass does.
+
+        Arguments:
+            embed: token embeddings (the output of `hook_embed`).
+            pos_offset: number of positions already processed (cached) before `embed`.
+            attention_mask: `[batch, pos_offset + pos]` padding mask over cached and new
+                positions; positions then count real tokens only (left padding).
+            prepend_bos, tokens, device: accepted for TransformerLens compatibility; the
+                shapes come from `embed`.
+
+        Returns:
+            `(residual, shortformer_pos_embed)`, or only `residual` when
+            `return_shortformer_pos_embed=False`. For rotary models the residual is `embed`:
+            positions enter inside attention.
+        """
+        batch, n_new = embed.shape[:2]
+        if attention_mask is None:
+            positions = torch.arange(pos_offset, pos_offset + n_new, device=embed.device).expand(batch, n_new)
+            new_mask = None
+        else:
+            mask = attention_mask.to(embed.device).long()  # [batch, pos_offset + pos]
+            positions, new_mask = positions_from_mask(mask)[:, -n_new:], mask[:, -n_new:]  # [batch, pos]
+        residual, shortformer_pos_embed = self._add_pos_embed(embed, positions, new_mask)
+        return (residual, shortformer_pos_embed) if return_shortformer_pos_embed else residual
+
+    def _add_pos_embed(self, embed, positions, new_mask):
+        """`(residual, shortformer_pos_embed)` from token embeddings and position ids `[batch, pos]`."""
+        if not hasattr(self, "pos_embed"):  # rotary / no positions: nothing added to the residual
+            return embed, None
+        pos_embed = self.hook_pos_embed(self.pos_embed(positions, new_mask))  # [batch, pos, d_model]
+        if self.cfg.positional_embedding_type == "shortformer":
+            return embed, pos_embed
+        return embed + pos_embed, None
 
     def _infer_mask(self, tokens, prepend_bos, padding_side, attention_mask, past_kv_cache):
         """TransformerLens's pad-id inference, used only for raw left-padded tokens without a mask."""

@@ -78,9 +78,9 @@ def build_config(hf_config, arch_name: str, model_name: str, **overrides):
 
 def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     """Implementation of `HookedTransformer.from_pretrained` (see its docstring)."""
-    if kw.pop("checkpoint_label", None) is not None or kw.pop("checkpoint_index", None) is not None:
+    checkpoints = [kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")]
+    if any(c is not None for c in checkpoints):  # never load the final weights when a checkpoint was asked for
         raise NotImplementedError("Training checkpoints (Pythia step revisions) need the hub; not available offline")
-    kw.pop("checkpoint_value", None)
     source = resolve_source(model_name, hf_model, **kw.pop("from_pretrained_kwargs", {}))
     arch_name = hf_architecture(source.hf_config, hf_model)
     first_n = kw.pop("first_n_layers")

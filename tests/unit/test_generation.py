@@ -5,7 +5,6 @@ import logging
 import pytest
 import torch
 
-import loading
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.generation import (
     GenerationOutput,
@@ -19,7 +18,6 @@ from hooked.utils import MissingStepsError, at_steps
 from tests.helpers import NO_PROCESSING, hooked_from, make_tokenizer, tiny_gpt2
 
 PROMPTS = ["The quick brown fox jumps over", "Hooks", "The capital of France is"]
-HAS_LLAMA = "LlamaForCausalLM" in loading.ARCHITECTURES
 
 
 # -- models ---------------------------------------------------------------------------------
@@ -53,8 +51,6 @@ def tiny_llama_hf(tokenizer):
 
 @pytest.fixture(scope="module")
 def llama_pair(bos_tok):
-    if not HAS_LLAMA:
-        pytest.skip("the LlamaForCausalLM converter is not registered")
     hf = tiny_llama_hf(bos_tok)
     return hf, HookedTransformer.from_pretrained("tiny-llama", hf_model=hf, tokenizer=bos_tok, **NO_PROCESSING)
 

@@ -166,3 +166,22 @@ def test_learned_positions_past_n_ctx_raise():
     model = make(n_ctx=8)
     with pytest.raises(ValueError, match="n_ctx"):
         model(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize("pos_type", ["standard", "shortformer", "rotary"])
+def test_get_residual_matches_forward_resid_pre(pos_type):
+    model, t = make(positional_embedding_type=pos_type), toks(pos=7)
+    mask = torch.ones_like(t)
+    mask[0, :3] = 0  # row 0 left-padded: its positions count real tokens only
+    _, cache = model.run_with_cache(t, attention_mask=mask, names_filter=["hook_embed", "blocks.0.hook_resid_pre"])
+    residual, shortformer = model.get_residual(cache["hook_embed"], attention_mask=mask)
+    torch.testing.assert_close(residual, cache["resid_pre", 0], atol=0, rtol=0)
+    assert (shortformer is not None) == (pos_type == "shortformer")
+    # the last 2 positions with 5 already processed: same positions as in the full run
+    tail = model.get_residual(
+        cache["hook_embed"][:, 5:], pos_offset=5, attention_mask=mask, return_shortformer_pos_embed=False
+    )
+    torch.testing.assert_close(tail, cache["resid_pre", 0][:, 5:], atol=0, rtol=0)
+    if pos_type == "standard":
+        offset = model.get_residual(cache["hook_embed"][:1, 3:], pos_offset=0, return_shortformer_pos_embed=False)
+        torch.testing.assert_close(offset, cache["resid_pre", 0][:1, 3:], atol=0, rtol=0)
