@@ -39,7 +39,8 @@ def project(
     n_heads, d_model, d_head = W.shape
     if x.ndim == 4:  # split-input mode: [batch, pos, head, d_model]
         return torch.einsum("bphd,hde->bphe", x, W) + b
-    flat = torch.addmm(b.reshape(-1), x.reshape(-1, d_model), W.permute(1, 0, 2).reshape(d_model, -1))
+    # W.transpose(1, 2).reshape(...) is a free view of the head-major storage: [head * d_head, d_model]
+    flat = F.linear(x, W.transpose(1, 2).reshape(n_heads * d_head, d_model), b.reshape(-1))  # [batch, pos, head * d_head]
     return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
 
 
@@ -143,10 +144,8 @@ class Attention(nn.Module):
         return (
             self.cfg.attn_implementation == "auto"
             and self.cfg.attn_scores_soft_cap <= 0
-            and not self.hook_attn_scores._fwd_fns
-            and not self.hook_pattern._fwd_fns
-            and not self.hook_attn_scores._bwd_fns
-            and not self.hook_pattern._bwd_fns
+            and not self.hook_attn_scores.observed
+            and not self.hook_pattern.observed
         )
 
     def _heads_first(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

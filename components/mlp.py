@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float
 
 from components.activations import get_activation
@@ -13,8 +14,8 @@ from hooked.hook_points import HookPoint
 
 
 def linear(x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_out"], b) -> torch.Tensor:
-    """`x @ W + b` as one fused matmul over all leading axes."""
-    return torch.addmm(b, x.reshape(-1, x.shape[-1]), W).view(*x.shape[:-1], W.shape[-1])
+    """`x @ W + b` as one fused matmul over all leading axes (`addmm(b, x, W)`, as HF's Linear)."""
+    return F.linear(x, W.T, b)
 
 
 class MLP(nn.Module):

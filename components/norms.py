@@ -23,12 +23,14 @@ def _normalize(hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: f
     hook replaced or edited the scale (then the edited scale divides `x`) or a backward
     hook on the scale needs the gradient to flow through it.
     """
+    if not hook_scale.observed:  # nothing can read or edit the scale: skip computing it
+        return x * torch.rsqrt(var + eps)
     scale = (var + eps).sqrt()
     if hook_scale._bwd_fns:
         return x / hook_scale(scale)
-    before = scale.clone() if hook_scale._fwd_fns else None  # [batch, pos, 1]: cheap to compare
+    before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
-    if hooked is scale and (before is None or torch.equal(before, scale)):
+    if hooked is scale and torch.equal(before, scale):
         return x * torch.rsqrt(var + eps)
     return x / hooked
 

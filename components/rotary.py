@@ -69,6 +69,8 @@ def apply_rotary(
 ) -> Float[torch.Tensor, "batch pos head d_head"]:
     """Rotate the first `rot` dimensions of each head; the rest pass through."""
     rot = cos.shape[-1]
+    if rot == x.shape[-1]:  # full rotary: no pass-through part to split off and re-attach
+        return x * cos + (_rotate_adjacent(x) if adjacent else _rotate_half(x)) * sin
     x_rot, x_pass = x[..., :rot], x[..., rot:]
     rotated = x_rot * cos + (_rotate_adjacent(x_rot) if adjacent else _rotate_half(x_rot)) * sin
-    return torch.cat([rotated, x_pass], dim=-1) if x_pass.shape[-1] else rotated
+    return torch.cat([rotated, x_pass], dim=-1)

@@ -25,8 +25,17 @@ class Unembed(nn.Module):
         self.hook_in = HookPoint()  # [batch, pos, d_model]
         self.hook_out = HookPoint()  # [batch, pos, d_vocab_out]
 
-    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_vocab_out"]:
+    def forward(
+        self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int = 0
+    ) -> Float[torch.Tensor, "batch pos d_vocab_out"]:
+        """Logits of every position, or with `logits_to_keep=k` at least the last k.
+
+        Positions before the last k are skipped only when nothing observes `hook_out`,
+        so hooks always see the same activations whatever the caller keeps.
+        """
         x = self.hook_in(x)
+        if logits_to_keep and not self.hook_out.observed:
+            x = x[:, -logits_to_keep:]  # [batch, logits_to_keep, d_model]
         flat = x.reshape(-1, x.shape[-1])  # [batch * pos, d_model]
         if self._bias_matters():
             flat_logits = torch.addmm(self.b_U, flat, self.W_U)

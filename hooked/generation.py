@@ -256,13 +256,13 @@ def _forward_step(model, progress: _Progress, step: int, kv_cache) -> Float[torc
     prompt = progress.prompt
     if kv_cache is not None and step > 0:
         newest = progress.tokens[:, progress.length - 1 : progress.length]  # [batch, 1]
-        return model(newest, past_kv_cache=kv_cache)[:, -1]
+        return model(newest, past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
     if kv_cache is not None:
-        return model(prompt.input, attention_mask=prompt.mask, past_kv_cache=kv_cache)[:, -1]
+        return model(prompt.input, attention_mask=prompt.mask, past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
     fed = progress.sequences()
     if prompt.embeds is not None:  # embeddings of the prompt, then of the generated tokens
         fed = torch.cat([prompt.embeds, model.embed(progress.new_tokens)], dim=1)  # [batch, length, d_model]
-    return model(fed, attention_mask=progress.mask[:, : progress.length], step=step)[:, -1]
+    return model(fed, attention_mask=progress.mask[:, : progress.length], step=step, logits_to_keep=1)[:, -1]
 
 
 def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, opts: _Options):

@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
+from hooked.fast_attributes import install_fast_attributes
+
 logger = logging.getLogger(__name__)
 
 HookFunction = Callable[..., Union[torch.Tensor, None]]
@@ -128,10 +130,17 @@ class HookPoint(nn.Module):
         return int(parts[1])
 
     # -- running -------------------------------------------------------------------
+    @property
+    def observed(self) -> bool:
+        """True if calling this hook point can do anything: a hook of any kind is attached."""
+        return bool(self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # Bypasses nn.Module.__call__: an unhooked HookPoint costs one dict check.
+        # Bypasses nn.Module.__call__: an unhooked HookPoint costs a few dict checks.
         if self._forward_hooks or self._forward_pre_hooks:
             return super().__call__(x)
+        if not (self._fwd_fns or self._bwd_fns):
+            return x
         return self.forward(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,6 +211,7 @@ class HookedRootModule(nn.Module):
             self.mod_dict[name] = module
             if isinstance(module, HookPoint):
                 self.hook_dict[name] = module
+        install_fast_attributes(self)
 
     def hook_points(self) -> Iterable[HookPoint]:
         return self.hook_dict.values()

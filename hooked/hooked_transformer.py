@@ -251,15 +251,20 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         past_kv_cache=None,
         *,
         step: int | None = None,
+        logits_to_keep: int = 0,
     ):
         """Run the model on text, tokens, token embeddings or (with `start_at_layer`) a residual.
 
         Returns logits `[batch, pos, d_vocab_out]`, a loss, `Output(logits, loss)`, None,
         or with `stop_at_layer` the residual stream entering that block. `step` sets
         `forward_state.step` (default: the KV cache's forward count, else 0).
+        `logits_to_keep=k > 0` unembeds only the last k positions (as HuggingFace's
+        argument of that name; `generate` needs only the last): logits `[batch, k, d_vocab_out]`.
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        if logits_to_keep and return_type in ("loss", "both"):
+            raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
         if start_at_layer is None:
             residual, tokens, shortformer_pos_embed, attention_mask = self.input_to_embed(
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
@@ -281,7 +286,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             residual = self.ln_final(residual)
         if return_type is None:
             return None
-        logits = self.unembed(residual)  # [batch, pos, d_vocab_out]
+        logits = self.unembed(residual, logits_to_keep)  # [batch, pos, d_vocab_out]
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]  # [batch, logits_to_keep, d_vocab_out]
         if return_type == "logits":
             return logits
         if tokens is None:

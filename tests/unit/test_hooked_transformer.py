@@ -185,3 +185,18 @@ def test_get_residual_matches_forward_resid_pre(pos_type):
     if pos_type == "standard":
         offset = model.get_residual(cache["hook_embed"][:1, 3:], pos_offset=0, return_shortformer_pos_embed=False)
         torch.testing.assert_close(offset, cache["resid_pre", 0][:1, 3:], atol=0, rtol=0)
+
+
+def test_logits_to_keep_unembeds_only_the_last_positions():
+    model, t = make(), toks(pos=7)
+    full = model(t)
+    torch.testing.assert_close(model(t, logits_to_keep=2), full[:, -2:], atol=1e-6, rtol=0)
+    # hooks see the same activations whatever is kept: every position, unembed.hook_out included
+    names = ["ln_final.hook_normalized", "unembed.hook_in", "unembed.hook_out"]
+    kept, cache = model.run_with_cache(t, logits_to_keep=2, names_filter=names)
+    _, reference = model.run_with_cache(t, names_filter=names)
+    torch.testing.assert_close(kept, full[:, -2:], atol=1e-6, rtol=0)
+    for name in names:
+        torch.testing.assert_close(cache[name], reference[name], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        model(t, return_type="loss", logits_to_keep=1)
