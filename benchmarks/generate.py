@@ -2,8 +2,8 @@
 
 For batch 1 and a left-padded batch of 4, without hooks and with one no-op hook per
 layer (`blocks.{l}.hook_resid_post`), it times `model.generate` and HF's `generate`
-(default attention, SDPA) for the same tokens and mask, interleaving the two so that
-machine load affects both alike, and prints medians and the ratio
+(default attention, SDPA) for the same tokens and mask, interleaving the two (alternating
+which goes first) so that machine load affects both alike, and prints medians and the ratio
 hooked tokens/s / HF tokens/s (targets: >= 1.0 without hooks, >= 0.9 with hooks).
 Times are process CPU time (`--clock wall` for wall-clock), which is steadier on a
 shared machine; with one thread they agree on an idle one. The HF baseline never has
@@ -90,8 +90,12 @@ def main() -> None:
         for hooks_label, hooks in [("none", []), ("1 no-op/layer", hook_per_layer(model))]:
             ours, theirs, same = [], [], True
             for repeat in range(args.repeats + 1):
-                t_ours, out_ours = time_hooked(model, tokens, mask, args.new_tokens, hooks, clock)
-                t_hf, out_hf = time_hf(hf, tokens, mask, args.new_tokens, pad_id, clock)
+                if repeat % 2:  # alternate who goes first, so neither gains from a warmer machine
+                    t_hf, out_hf = time_hf(hf, tokens, mask, args.new_tokens, pad_id, clock)
+                    t_ours, out_ours = time_hooked(model, tokens, mask, args.new_tokens, hooks, clock)
+                else:
+                    t_ours, out_ours = time_hooked(model, tokens, mask, args.new_tokens, hooks, clock)
+                    t_hf, out_hf = time_hf(hf, tokens, mask, args.new_tokens, pad_id, clock)
                 same &= torch.equal(out_ours, out_hf)
                 if repeat > 0:
                     ours.append(t_ours)

@@ -15,7 +15,7 @@ from hooked.hook_points import HookPoint
 
 def linear(x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_out"], b) -> torch.Tensor:
     """`x @ W + b` as one fused matmul over all leading axes (`addmm(b, x, W)`, as HF's Linear)."""
-    return F.linear(x, W.T, b)
+    return F.linear(x, W.t(), b)
 
 
 class MLP(nn.Module):

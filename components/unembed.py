@@ -10,17 +10,33 @@ from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
 
+def vocab_projection(
+    x: Float[torch.Tensor, "tokens d_model"], W_U: Float[torch.Tensor, "d_model d_vocab"]
+) -> Float[torch.Tensor, "tokens d_vocab"]:
+    """`x @ W_U`, contiguous, computed in the orientation BLAS runs fastest for `W_U`'s layout.
+
+    For a vocabulary-major `W_U` (`W_U.T` contiguous) MKL's kernel for a few rows of `x`
+    against the long vocabulary axis is several times slower than the same product
+    transposed, `(W_U.T @ x.T).T` (measured on SmolLM2's 49152 x 576: 45 vs 16 ms for 4
+    rows, and no slower for 1 row or for hundreds).
+    """
+    if W_U.stride(0) == 1 and x.shape[0] > 1:
+        return (W_U.T @ x.T).T.contiguous()  # [d_vocab, tokens] -> [tokens, d_vocab]
+    return x @ W_U
+
+
 class Unembed(nn.Module):
     """`logits = x @ W_U + b_U`, then the optional soft-cap `c * tanh(logits / c)`.
 
-    With tied embeddings `W_U` is a transposed view of `embed.W_E` (shared storage).
+    `W_U` is stored vocabulary-major (`[d_vocab_out, d_model]` memory, like `W_E` and
+    HF's `lm_head`), so with tied embeddings it is simply a transposed view of `embed.W_E`.
     `hook_out` is taken before the soft-cap.
     """
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__()
         self.soft_cap = cfg.output_logits_soft_cap
-        self.W_U = nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab_out, dtype=cfg.dtype))
+        self.W_U = nn.Parameter(torch.empty(cfg.d_vocab_out, cfg.d_model, dtype=cfg.dtype).T)  # [d_model, d_vocab_out]
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab_out, dtype=cfg.dtype))
         self.hook_in = HookPoint()  # [batch, pos, d_model]
         self.hook_out = HookPoint()  # [batch, pos, d_vocab_out]
@@ -37,10 +53,9 @@ class Unembed(nn.Module):
         if logits_to_keep and not self.hook_out.observed:
             x = x[:, -logits_to_keep:]  # [batch, logits_to_keep, d_model]
         flat = x.reshape(-1, x.shape[-1])  # [batch * pos, d_model]
-        if self._bias_matters():
-            flat_logits = torch.addmm(self.b_U, flat, self.W_U)
-        else:  # a zero bias would cost a full extra pass over the [tokens, vocab] output
-            flat_logits = flat @ self.W_U
+        flat_logits = vocab_projection(flat, self.W_U)  # [batch * pos, d_vocab_out]
+        if self._bias_matters():  # a zero bias would cost a full extra pass over the output
+            flat_logits = flat_logits.add_(self.b_U)  # fresh tensor: in place is safe for autograd
         logits = self.hook_out(flat_logits.view(*x.shape[:-1], -1))  # [batch, pos, d_vocab_out]
         if self.soft_cap > 0:
             logits = self.soft_cap * torch.tanh(logits / self.soft_cap)
