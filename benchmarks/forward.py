@@ -10,11 +10,12 @@ ratios to HF's forward (HF with its default SDPA attention).
 
 from __future__ import annotations
 
-import argparse
+
 import statistics
 import time
 
 import torch
+from _machine import apply_machine_options, machine_parser
 
 
 def timed(fn) -> float:
@@ -73,19 +74,10 @@ def smollm2():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=None)
+    parser = machine_parser(__doc__.splitlines()[0], repeats=7)
     parser.add_argument("--skip-smollm2", action="store_true")
-    parser.add_argument(
-        "--flush-denormal", action="store_true", help="torch.set_flush_denormal(True) for both sides (CPU speed-up)"
-    )
     args = parser.parse_args()
-    if args.flush_denormal:
-        torch.set_flush_denormal(True)
-        print("flush-denormal on (both libraries)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_machine_options(args)
     tokens = torch.randint(0, 49152, (4, 128), generator=torch.Generator().manual_seed(0))
     hf, model = gpt2_small()
     bench("GPT-2 small (random init, 124M)", hf, model, tokens, args.repeats)

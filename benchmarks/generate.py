@@ -14,11 +14,12 @@ hooks. It also checks that both produce the same tokens.
 
 from __future__ import annotations
 
-import argparse
+
 import statistics
 import time
 
 import torch
+from _machine import apply_machine_options, machine_parser
 
 PROMPTS = [
     "The capital of France is",
@@ -66,20 +67,12 @@ def noop(x, hook):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = machine_parser(__doc__.splitlines()[0], repeats=5, threads=1)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
-    parser.add_argument(
-        "--flush-denormal", action="store_true", help="torch.set_flush_denormal(True) for both sides (CPU speed-up)"
-    )
     args = parser.parse_args()
-    if args.flush_denormal:
-        torch.set_flush_denormal(True)
-        print("flush-denormal on (both libraries)")
+    apply_machine_options(args)
     clock = CLOCKS[args.clock]
-    torch.set_num_threads(args.threads)
     model, hf = load_models()
     pad_id = model.tokenizer.pad_token_id
     print(f"SmolLM2-135M fp32 CPU, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, "

@@ -11,11 +11,12 @@ result grids.
 
 from __future__ import annotations
 
-import argparse
+
 import statistics
 import time
 
 import torch
+from _machine import apply_machine_options, machine_parser
 
 CLEAN = "After a long journey we finally arrived at the Eiffel Tower, which is in the city of"
 CORRUPTED = "After a long journey we finally arrived at the Colosseum, which is in the city of"
@@ -39,18 +40,9 @@ def naive_resid_pre_patch(model, corrupted_tokens, clean_cache, metric) -> torch
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument(
-        "--flush-denormal", action="store_true", help="torch.set_flush_denormal(True) for both sides (CPU speed-up)"
-    )
+    parser = machine_parser(__doc__.splitlines()[0], repeats=3)
     args = parser.parse_args()
-    if args.flush_denormal:
-        torch.set_flush_denormal(True)
-        print("flush-denormal on (both libraries)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_machine_options(args)
 
     from hooked import HookedTransformer
     from hooked.patching import get_act_patch_resid_pre
@@ -90,8 +82,10 @@ def main() -> None:
         f"= {n_patches} patches, float32, {torch.get_num_threads()} threads, median of {args.repeats}"
     )
     for name, t in med.items():
-        print(f"  {name:34s} {t:7.2f} s  ({t / n_patches * 1000:5.1f} ms per patch)  runs: "
-              + ", ".join(f"{x:.2f}" for x in times[name]))
+        print(
+            f"  {name:34s} {t:7.2f} s  ({t / n_patches * 1000:5.1f} ms per patch)  runs: "
+            + ", ".join(f"{x:.2f}" for x in times[name])
+        )
     ratio = med["hooked get_act_patch_resid_pre"] / med["naive loop (1 forward per patch)"]
     print(f"  ratio hooked / naive = {ratio:.3f}  (target <= 0.3)")
     print(f"  max |hooked - naive| = {(batched.cpu() - naive).abs().max().item():.3e}")
