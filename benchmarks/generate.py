@@ -4,7 +4,8 @@ For batch 1 and a left-padded batch of 4, without hooks and with one no-op hook 
 layer (`blocks.{l}.hook_resid_post`), it times `model.generate` and HF's `generate`
 (default attention, SDPA) for the same tokens and mask, interleaving the two (alternating
 which goes first) so that machine load affects both alike, and prints medians and the ratio
-hooked tokens/s / HF tokens/s (targets: >= 1.0 without hooks, >= 0.9 with hooks).
+hooked tokens/s / HF tokens/s (targets: >= 1.0 without hooks, >= 0.9 with hooks), with
+the quartiles of the per-repeat ratios to show the run-to-run spread.
 Times are process CPU time (`--clock wall` for wall-clock), which is steadier on a
 shared machine; with one thread they agree on an idle one. The HF baseline never has
 hooks. It also checks that both produce the same tokens.
@@ -77,7 +78,7 @@ def main() -> None:
     pad_id = model.tokenizer.pad_token_id
     print(f"SmolLM2-135M fp32 CPU, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, "
           f"median {args.clock} time of {args.repeats} (after one warm-up)")  # fmt: skip
-    print(f"{'batch':>5} {'hooks':>13} {'hooked tok/s':>13} {'HF tok/s':>9} {'ratio':>6}  same tokens")
+    print(f"{'batch':>5} {'hooks':>13} {'hooked tok/s':>13} {'HF tok/s':>9} {'ratio':>6} {'pairs q1-q3':>12}  same tokens")
     for batch in (1, 4):
         tokens, mask = model.to_tokens(PROMPTS[:batch], padding_side="left", return_attention_mask=True)
         for hooks_label, hooks in [("none", []), ("1 no-op/layer", hook_per_layer(model))]:
@@ -96,7 +97,13 @@ def main() -> None:
             n = batch * args.new_tokens
             ours_rate, hf_rate = n / statistics.median(ours), n / statistics.median(theirs)
             ratio = ours_rate / hf_rate
-            print(f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f}  {same}")
+            q1, _, q3 = pair_quartiles(ours, theirs)
+            print(f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f} {q1:>5.2f}-{q3:<6.2f}  {same}")
+
+
+def pair_quartiles(ours: list[float], theirs: list[float]) -> list[float]:
+    """Quartiles of the per-repeat ratios (HF time / hooked time): how far one pair can drift."""
+    return statistics.quantiles([t_hf / t_ours for t_ours, t_hf in zip(ours, theirs)], n=4)
 
 
 def hook_per_layer(model):
