@@ -44,19 +44,22 @@ class Unembed(nn.Module):
     def forward(
         self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int = 0
     ) -> Float[torch.Tensor, "batch pos d_vocab_out"]:
-        """Logits of every position, or with `logits_to_keep=k` at least the last k.
+        """Logits of every position, or with `logits_to_keep=k` of the last k only.
 
-        Positions before the last k are skipped only when nothing observes `hook_out`,
-        so hooks always see the same activations whatever the caller keeps.
+        Earlier positions are skipped before the projection unless something observes
+        `hook_out`: then hooks see every position, and the last k are kept after them.
         """
         x = self.hook_in(x)
-        if logits_to_keep and not self.hook_out.observed:
+        skip_early = logits_to_keep and not self.hook_out.observed
+        if skip_early:
             x = x[:, -logits_to_keep:]  # [batch, logits_to_keep, d_model]
         flat = x.reshape(-1, x.shape[-1])  # [batch * pos, d_model]
         flat_logits = vocab_projection(flat, self.W_U)  # [batch * pos, d_vocab_out]
         if self._bias_matters():  # a zero bias would cost a full extra pass over the output
             flat_logits = flat_logits.add_(self.b_U)  # fresh tensor: in place is safe for autograd
         logits = self.hook_out(flat_logits.view(*x.shape[:-1], -1))  # [batch, pos, d_vocab_out]
+        if logits_to_keep and not skip_early:
+            logits = logits[:, -logits_to_keep:]  # [batch, logits_to_keep, d_vocab_out]
         if self.soft_cap > 0:
             logits = self.soft_cap * torch.tanh(logits / self.soft_cap)
         return logits

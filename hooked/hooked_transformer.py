@@ -286,9 +286,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             residual = self.ln_final(residual)
         if return_type is None:
             return None
-        logits = self.unembed(residual, logits_to_keep)  # [batch, pos, d_vocab_out]
-        if logits_to_keep:
-            logits = logits[:, -logits_to_keep:]  # [batch, logits_to_keep, d_vocab_out]
+        logits = self.unembed(residual, logits_to_keep)  # [batch, pos or logits_to_keep, d_vocab_out]
         if return_type == "logits":
             return logits
         if tokens is None:
