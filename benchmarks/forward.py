@@ -10,7 +10,6 @@ ratios to HF's forward (HF with its default SDPA attention).
 
 from __future__ import annotations
 
-
 import statistics
 import time
 

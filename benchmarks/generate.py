@@ -15,7 +15,6 @@ hooks. It also checks that both produce the same tokens.
 
 from __future__ import annotations
 
-
 import statistics
 import time
 

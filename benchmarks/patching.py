@@ -11,7 +11,6 @@ result grids.
 
 from __future__ import annotations
 
-
 import statistics
 import time
 
