@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
+from hooked.errors import HookNotEnabledError, HookShapeError  # noqa: F401  (re-exported)
 from hooked.fast_attributes import install_fast_attributes
 
 logger = logging.getLogger(__name__)
@@ -27,14 +28,6 @@ logger = logging.getLogger(__name__)
 HookFunction = Callable[..., Union[torch.Tensor, None]]
 NameFilter = Union[str, Sequence[str], Callable[[str], bool], None]
 Direction = Literal["fwd", "bwd", "both"]
-
-
-class HookShapeError(ValueError):
-    """A hook returned a tensor whose shape differs from the activation it replaces."""
-
-
-class HookNotEnabledError(AssertionError):
-    """A hook was asked for on an optional hook point whose config flag is off."""
 
 
 @dataclass
