@@ -16,7 +16,7 @@ from jaxtyping import Float
 
 from components.forward_state import ForwardState
 from components.norms import RMSNorm
-from components.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
+from components.rotary import apply_rotary, layer_rotary_parameters, rotary_cos_sin, rotary_inv_freq
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -64,10 +64,10 @@ class Attention(nn.Module):
             self.q_norm, self.k_norm = RMSNorm(cfg, dh), RMSNorm(cfg, dh)
         self.rotary = cfg.positional_embedding_type == "rotary"
         if self.rotary:
-            base = cfg.rotary_base_local if is_local and cfg.rotary_base_local else cfg.rotary_base
-            inv_freq = rotary_inv_freq(cfg.rotary_dim, base, cfg.rotary_scaling)
+            base, scaling = layer_rotary_parameters(cfg, is_local)
+            inv_freq = rotary_inv_freq(cfg.rotary_dim, base, scaling)
             # layers with the same frequencies share one cos/sin table per forward
-            self._rotary_key = ("rotary", cfg.rotary_dim, base, repr(cfg.rotary_scaling), cfg.rotary_adjacent_pairs)
+            self._rotary_key = ("rotary", cfg.rotary_dim, base, repr(scaling), cfg.rotary_adjacent_pairs)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
             self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
             self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head]

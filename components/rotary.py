@@ -13,6 +13,18 @@ import torch
 from jaxtyping import Float, Int
 
 
+def layer_rotary_parameters(cfg, is_local: bool) -> tuple[float, dict | None]:
+    """`(base, scaling)` of a layer's rotary: per layer type, as Gemma 3 and OLMo 3 configure it.
+
+    Local (sliding-window) layers have rotary parameters of their own when
+    `cfg.rotary_base_local` is set: that base with `cfg.rotary_scaling_local` (None =
+    unscaled). Every other layer uses `cfg.rotary_base` with `cfg.rotary_scaling`.
+    """
+    if is_local and cfg.rotary_base_local:
+        return cfg.rotary_base_local, cfg.rotary_scaling_local
+    return cfg.rotary_base, cfg.rotary_scaling
+
+
 def rotary_inv_freq(rotary_dim: int, base: float, scaling: dict | None = None) -> Float[torch.Tensor, "half"]:
     """Inverse frequencies `base^(-2i/rotary_dim)`, adjusted by an HF `rope_scaling` dict."""
     inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))

@@ -42,6 +42,7 @@ class HookedTransformerConfig:
     rotary_base_local: float | None = None
     rotary_adjacent_pairs: bool = False
     rotary_scaling: dict | None = None
+    rotary_scaling_local: dict | None = None
     n_key_value_heads: int | None = None
     ungroup_grouped_query_attention: bool = False
     attn_only: bool = False

@@ -51,7 +51,7 @@ def heads_out(weight: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
 _ROPE_OWN_FIELDS = ("rope_theta", "partial_rotary_factor")
 
 
-def hf_rope_parameters(hf, default_theta: float = 10000.0) -> tuple[float, dict | None]:
+def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | None = None) -> tuple[float, dict | None]:
     """`(rotary_base, rotary_scaling)` from an HF config, for transformers 4.x and 5.x alike.
 
     transformers 5 keeps everything in `config.rope_parameters` (`rope_theta`, `rope_type`
@@ -60,13 +60,19 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0) -> tuple[float, dict 
     with `rope_type` normalised, without the fields `rotary_base`/`rotary_dim` hold, and as
     None for the unscaled `default` kind. Like HF, `llama3` falls back to
     `max_position_embeddings` when `original_max_position_embeddings` is absent.
+    Per-layer-type parameters (`{"sliding_attention": {...}, "full_attention": {...}}`,
+    Gemma 3, OLMo 3) are read for `layer_type`; see `per_layer_type_rope`.
     """
     params = getattr(hf, "rope_parameters", None)
     if params is None:  # transformers 4.x
         params = getattr(hf, "rope_scaling", None)
     params = dict(params or {})
-    if params and all(isinstance(v, dict) for v in params.values()):
-        raise NotImplementedError(f"Per-layer-type rope parameters are not supported here: {sorted(params)}")
+    if is_per_layer_type(params):
+        if layer_type not in params:
+            raise NotImplementedError(
+                f"Per-layer-type rope parameters {sorted(params)}: name the layer type to read (layer_type=)"
+            )
+        params = dict(params[layer_type] or {})
     theta = params.get("rope_theta", getattr(hf, "rope_theta", None) or default_theta)
     kind = params.get("rope_type") or params.get("type") or "default"
     if kind == "default":
@@ -76,6 +82,30 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0) -> tuple[float, dict 
     if kind == "llama3":
         scaling.setdefault("original_max_position_embeddings", hf.max_position_embeddings)
     return float(theta), scaling
+
+
+def is_per_layer_type(params: Mapping | None) -> bool:
+    """Whether an HF `rope_parameters` dict holds one dict per layer type."""
+    return bool(params) and all(isinstance(v, dict) or v is None for v in params.values())
+
+
+def per_layer_type_rope(hf, local_type: str = "sliding_attention", global_type: str = "full_attention") -> dict:
+    """Config fields for the rotary of each layer type: global layers `rotary_base`/`rotary_scaling`,
+    local (sliding) layers `rotary_base_local`/`rotary_scaling_local`.
+
+    A config with one shared `rope_parameters` dict gives the global fields only, so
+    every layer shares them.
+    """
+    params = getattr(hf, "rope_parameters", None)
+    if not is_per_layer_type(params):
+        base, scaling = hf_rope_parameters(hf)
+        return dict(rotary_base=base, rotary_scaling=scaling)
+    base, scaling = hf_rope_parameters(hf, layer_type=global_type)
+    fields = dict(rotary_base=base, rotary_scaling=scaling)
+    if local_type in params:
+        local_base, local_scaling = hf_rope_parameters(hf, layer_type=local_type)
+        fields.update(rotary_base_local=local_base, rotary_scaling_local=local_scaling)
+    return fields
 
 
 def bias_or_zeros(
