@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from jaxtyping import Float
+from jaxtyping import Float, Int
 
 from components.forward_state import ForwardState
 from components.norms import RMSNorm
@@ -109,9 +109,15 @@ class Attention(nn.Module):
         query_input: Float[torch.Tensor, "batch pos d_model"] | Float[torch.Tensor, "batch pos head d_model"],
         key_input: torch.Tensor,
         value_input: torch.Tensor,
-        state: ForwardState,
+        state: ForwardState | None = None,
+        *,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
     ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """Attend; `state` is the model's (called alone, TransformerLens-style, it is built from the input)."""
         cfg = self.cfg
+        if state is None:
+            causal = cfg.attention_dir == "causal"
+            state = ForwardState.for_input(*query_input.shape[:2], query_input.device, attention_mask, causal)
         kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
         W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
         q = self.hook_q(project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]

@@ -30,8 +30,29 @@ class PosEmbed(nn.Module):
         self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model, dtype=cfg.dtype))
 
     def forward(
+        self,
+        tokens: Int[torch.Tensor, "batch pos"],
+        past_kv_pos_offset: int = 0,
+        attention_mask: Int[torch.Tensor, "batch offset_pos"] | None = None,
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """Position embeddings for a batch of tokens (TransformerLens's signature).
+
+        Positions count from `past_kv_pos_offset`; with an `attention_mask` over cached and
+        new positions they count real tokens only and are 0 at padding.
+        """
+        batch, n_new = tokens.shape[:2]
+        if attention_mask is None:
+            positions = torch.arange(past_kv_pos_offset, past_kv_pos_offset + n_new, device=self.W_pos.device)
+            return self.at_positions(positions.expand(batch, n_new))
+        mask = attention_mask.to(self.W_pos.device).long()  # [batch, offset_pos]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [batch, offset_pos]
+        window = slice(past_kv_pos_offset, past_kv_pos_offset + n_new)
+        return self.at_positions(positions[:, window], mask[:, window])
+
+    def at_positions(
         self, positions: Int[torch.Tensor, "batch pos"], mask: Int[torch.Tensor, "batch pos"] | None = None
     ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """`W_pos[positions]`, zero where `mask` is 0 (the model's forward calls this)."""
         if positions.numel() and int(positions.max()) >= self.n_ctx:
             raise ValueError(
                 f"Position {int(positions.max())} is past n_ctx={self.n_ctx} learned positions; "

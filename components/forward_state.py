@@ -39,6 +39,27 @@ class ForwardState:
     tokens: Int[torch.Tensor, "batch n_queries"] | None = None
     _memo: dict = field(default_factory=dict, repr=False)
 
+    @classmethod
+    def for_input(
+        cls,
+        batch: int,
+        n_queries: int,
+        device: torch.device | str,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+        causal: bool = True,
+    ) -> ForwardState:
+        """The state of a plain uncached forward over `n_queries` positions.
+
+        Used when a block or attention layer is called on its own, TransformerLens-style
+        (`block(resid_pre)`, `attn(q_in, k_in, v_in)`), without the model building a state.
+        """
+        if attention_mask is None or bool(attention_mask.all()):
+            positions = torch.arange(n_queries, device=device).expand(batch, n_queries)  # [batch, pos]
+            return cls(None, positions, n_queries, n_queries, causal)
+        mask = attention_mask.to(device).long()  # [batch, pos]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [batch, pos]
+        return cls(mask, positions, n_queries, n_queries, causal)
+
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """Compute something once per call (rotary tables, masks) and share it across layers."""
         if key not in self._memo:

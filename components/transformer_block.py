@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-from jaxtyping import Float
+from jaxtyping import Float, Int
 
 from components.attention import Attention, GroupedQueryAttention
 from components.forward_state import ForwardState
@@ -52,9 +52,16 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         resid_pre: Float[torch.Tensor, "batch pos d_model"],
-        state: ForwardState,
+        state: ForwardState | None = None,
         shortformer_pos_embed: Float[torch.Tensor, "batch pos d_model"] | None = None,
+        *,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
     ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """One block; `state` is the model's (called alone, TransformerLens-style, it is built from the input)."""
+        if state is None or isinstance(state, torch.Tensor):  # TL's block(resid_pre, shortformer_pos_embed)
+            shortformer_pos_embed = state if state is not None else shortformer_pos_embed
+            causal = self.cfg.attention_dir == "causal"
+            state = ForwardState.for_input(*resid_pre.shape[:2], resid_pre.device, attention_mask, causal)
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self._attention(resid_pre, state, shortformer_pos_embed))
         if self.cfg.attn_only:

@@ -372,7 +372,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         """`(residual, shortformer_pos_embed)` from token embeddings and position ids `[batch, pos]`."""
         if not hasattr(self, "pos_embed"):  # rotary / no positions: nothing added to the residual
             return embed, None
-        pos_embed = self.hook_pos_embed(self.pos_embed(positions, new_mask))  # [batch, pos, d_model]
+        pos_embed = self.hook_pos_embed(self.pos_embed.at_positions(positions, new_mask))  # [batch, pos, d_model]
         if self.cfg.positional_embedding_type == "shortformer":
             return embed, pos_embed
         return embed + pos_embed, None
