@@ -1,11 +1,12 @@
 """Forward-pass speed of hooked vs HuggingFace, measured side by side in one run.
 
-Rows: a randomly initialised GPT-2-small-sized model (124M parameters) and, when the
+Rows: a randomly initialised GPT-2-small-sized model (124M parameters), a random
+Mixtral-shaped mixture of experts (8 experts, top-2, d_model 512, 4 layers) and, when the
 bundled model is installed, SmolLM2-135M. Batch 4 x 128 tokens, float32, CPU, no grad.
 Each repeat times every variant once, interleaved, and the script prints medians and
 ratios to HF's forward (HF with its default SDPA attention).
 
-    python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2]
+    python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2] [--only-mixtral]
 """
 
 from __future__ import annotations
@@ -60,6 +61,27 @@ def gpt2_small():
     return hf, model
 
 
+def mixtral_shaped():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    from hooked import HookedTransformer
+
+    torch.manual_seed(0)
+    config = MixtralConfig(
+        hidden_size=512,
+        intermediate_size=1792,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        vocab_size=32000,
+    )
+    hf = MixtralForCausalLM(config).eval()  # HF's default (SDPA) attention and experts implementation
+    model = HookedTransformer.from_pretrained_no_processing("mixtral-shaped", hf_model=hf)
+    return hf, model
+
+
 def smollm2():
     from transformers import AutoModelForCausalLM
 
@@ -75,12 +97,19 @@ def smollm2():
 def main() -> None:
     parser = machine_parser(__doc__.splitlines()[0], repeats=7)
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--only-mixtral", action="store_true", help="only the mixture-of-experts row")
     args = parser.parse_args()
     apply_machine_options(args)
     tokens = torch.randint(0, 49152, (4, 128), generator=torch.Generator().manual_seed(0))
-    hf, model = gpt2_small()
-    bench("GPT-2 small (random init, 124M)", hf, model, tokens, args.repeats)
+    if not args.only_mixtral:
+        hf, model = gpt2_small()
+        bench("GPT-2 small (random init, 124M)", hf, model, tokens, args.repeats)
+        del hf, model
+    hf, model = mixtral_shaped()
+    bench("Mixtral-shaped MoE (random init, 8 experts top-2, d 512, 4 layers)", hf, model, tokens % 32000, args.repeats)
     del hf, model
+    if args.only_mixtral:
+        return
     if not args.skip_smollm2:
         try:
             hf, model = smollm2()

@@ -16,6 +16,7 @@ from jaxtyping import Float, Int
 
 from components.forward_state import ForwardState
 from components.norms import RMSNorm
+from components.qk_norm import apply_qk_norm
 from components.rotary import apply_rotary, layer_rotary_parameters, rotary_cos_sin, rotary_inv_freq
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
@@ -60,8 +61,9 @@ class Attention(nn.Module):
         self.scale = 1.0 / scale
         is_local = cfg.attn_types_or_global[layer] == "local"
         self.window = cfg.window_size if is_local else None
-        if cfg.use_qk_norm:
-            self.q_norm, self.k_norm = RMSNorm(cfg, dh), RMSNorm(cfg, dh)
+        if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
+            q_width, k_width = (H * dh, cfg.n_kv_heads * dh) if cfg.full_width_qk_norm else (dh, dh)
+            self.q_norm, self.k_norm = RMSNorm(cfg, q_width), RMSNorm(cfg, k_width)
         self.rotary = cfg.positional_embedding_type == "rotary"
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)
@@ -126,10 +128,10 @@ class Attention(nn.Module):
         if cfg.ungroup_grouped_query_attention:
             k, v = self.ungroup(k), self.ungroup(v)
         k, v = self.hook_k(k), self.hook_v(v)
-        if cfg.clip_qkv is not None:
-            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if cfg.use_qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
+        if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
             cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
             q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))

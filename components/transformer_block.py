@@ -9,6 +9,7 @@ from jaxtyping import Float, Int
 from components.attention import Attention, GroupedQueryAttention
 from components.forward_state import ForwardState
 from components.mlp import MLP, GatedMLP
+from components.moe import make_moe
 from components.norms import make_norm
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
@@ -40,7 +41,10 @@ class TransformerBlock(nn.Module):
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         if not cfg.attn_only:
             self.ln2 = make_norm(cfg)
-            self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
+            if cfg.num_experts:
+                self.mlp = make_moe(cfg)
+            else:
+                self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
             if cfg.use_normalization_before_and_after:
                 self.ln2_post = make_norm(cfg, post_norm)
             self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]

@@ -51,6 +51,7 @@ class HookedTransformerConfig:
     num_experts: int | None = None
     experts_per_token: int | None = None
     norm_topk_prob: bool = False
+    shared_expert_d_mlp: int | None = None
     use_attn_scale: bool = True
     attn_scale: float = -1.0
     scale_attn_by_inverse_layer_idx: bool = False
@@ -61,6 +62,7 @@ class HookedTransformerConfig:
     attn_scores_soft_cap: float = -1.0
     output_logits_soft_cap: float = -1.0
     use_qk_norm: bool = False
+    full_width_qk_norm: bool = False
     use_normalization_before_and_after: bool = False
     post_embedding_ln: bool = False
     embed_scale: float | None = None
@@ -138,6 +140,12 @@ class HookedTransformerConfig:
                 raise ConfigError("use_local_attn needs window_size and attn_types (one 'global'/'local' per layer)")
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ConfigError("num_experts and experts_per_token must be set together")
+        if self.num_experts is not None and not self.gated_mlp:
+            raise ConfigError("mixture-of-experts layers are gated (SwiGLU experts): set gated_mlp=True")
+        if self.full_width_qk_norm and not self.use_qk_norm:
+            raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
+        if self.shared_expert_d_mlp is not None and self.num_experts is None:
+            raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)

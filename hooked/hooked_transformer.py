@@ -88,7 +88,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             torch.manual_seed(self.cfg.seed)
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if leaf.startswith(("W_", "_W_")):
+            if leaf.startswith(("W_", "_W_")) or leaf == "weight":  # MoE experts and router are nn.Linear
                 nn.init.normal_(p, std=self.cfg.initializer_range)
             elif leaf == "w":
                 nn.init.ones_(p)

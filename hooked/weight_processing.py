@@ -226,11 +226,13 @@ def fold_layer_norm(
 
 
 def _fold_moe(sd, cfg, p: str, experts: list[str], layernorm: bool, fold_biases: bool, center_weights: bool) -> None:
-    """Fold `ln2` into the router and every expert's W_in/W_gate (bias-free nn.Linear `[out, in]` weights)."""
+    """Fold `ln2` into the router(s) and every expert's W_in/W_gate (bias-free nn.Linear `[out, in]` weights)."""
     fold_bias = layernorm and fold_biases and p + "ln2.b" in sd
     if fold_bias and bool(sd[p + "ln2.b"].any()):
         raise NotImplementedError("Folding a LayerNorm bias into bias-free MoE experts is not supported")
-    keys = [p + "mlp.W_gate.weight"] + [e + name for e in experts for name in ("W_in.weight", "W_gate.weight")]
+    experts = experts + [p + "mlp.shared_expert."]  # Qwen2-MoE's always-on expert (absent elsewhere)
+    keys = [p + "mlp.W_gate.weight", p + "mlp.shared_expert_gate.weight"]  # routers: [E or 1, d_model]
+    keys += [e + name for e in experts for name in ("W_in.weight", "W_gate.weight")]
     keys = [k for k in keys if k in sd]
     w = _f32(sd, p + "ln2.w") if p + "ln2.w" in sd else None
     for key in keys:
@@ -271,7 +273,7 @@ def center_writing_weights(sd: StateDict, cfg: HookedTransformerConfig) -> State
         _center_last(sd, cfg, p + "attn.b_O")  # [d_model]
         if cfg.attn_only:
             continue
-        for e in _experts(sd, p):
+        for e in _experts(sd, p) + [p + "mlp.shared_expert."] * (p + "mlp.shared_expert.W_out.weight" in sd):
             _center_last(sd, cfg, e + "W_out.weight", axis=0)  # [d_model, d_mlp]
         if p + "mlp.W_out" in sd:
             _center_last(sd, cfg, p + "mlp.W_out")  # [d_mlp, d_model]

@@ -1,0 +1,110 @@
+"""Mixture of experts: a router picks `experts_per_token` gated MLPs per token and mixes their outputs.
+
+    probs   = softmax(x W_gate^T)                (float32, over all experts)  -> hook_expert_weights
+    indices = top-k(probs)                                                     -> hook_expert_indices
+    weights = probs[indices], renormalized to sum 1 if `norm_topk_prob` (Mixtral, Qwen3-MoE, OLMoE)
+    out     = sum_k weights_k * expert_{indices_k}(x)  (+ sigmoid(x w_s) * shared_expert(x), Qwen2-MoE)
+
+Experts are dispatched by grouping: the (token, slot) pairs are sorted by expert, each
+expert runs once on the contiguous block of tokens routed to it (one matmul per weight,
+possibly on zero rows), and one `index_add_` scatters the weighted outputs back. The
+only Python loop is over experts, never over tokens. Every expert's hooks fire on every
+forward, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it.
+
+Weights use TransformerLens's MoE layout (bias-free `nn.Linear`, `[out, in]`): the
+router `W_gate.weight [E, d_model]` and `experts.{e}.W_in/W_gate/W_out.weight`.
+Editing `hook_expert_weights` changes both the choice and the weights of the experts;
+editing `hook_expert_indices` forces experts (their weights are read from the probs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+
+from components.activations import get_activation
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookPoint
+
+
+class Expert(nn.Module):
+    """One gated expert: `W_out(act(W_gate x) * W_in x)`, with bias-free `nn.Linear` weights (TL's `MoEGatedMLP`)."""
+
+    def __init__(self, cfg: HookedTransformerConfig, d_mlp: int, pos_axis: int | None = None):
+        super().__init__()
+        d, dt = cfg.d_model, cfg.dtype
+        self.W_in = nn.Linear(d, d_mlp, bias=False, dtype=dt)
+        self.W_gate = nn.Linear(d, d_mlp, bias=False, dtype=dt)
+        self.W_out = nn.Linear(d_mlp, d, bias=False, dtype=dt)
+        self.act_fn = get_activation(cfg.act_fn)
+        self.hook_gate = HookPoint(pos_axis)  # [n_tokens, d_mlp] (shared expert: [batch, pos, d_mlp])
+        self.hook_pre = HookPoint(pos_axis)  # [n_tokens, d_mlp]
+        self.hook_post = HookPoint(pos_axis)  # [n_tokens, d_mlp]
+
+    def forward(self, x: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
+        gate = self.hook_gate(F.linear(x, self.W_gate.weight))  # [..., d_mlp]
+        pre = self.hook_pre(F.linear(x, self.W_in.weight))  # [..., d_mlp]
+        post = self.hook_post(self.act_fn(gate) * pre)  # [..., d_mlp]
+        return F.linear(post, self.W_out.weight)
+
+
+class MoE(nn.Module):
+    """Router plus `num_experts` experts, `experts_per_token` of them active per token."""
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
+        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=False, dtype=cfg.dtype)  # the router
+        self.experts = nn.ModuleList(Expert(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
+        self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
+        self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
+
+    def route(
+        self, x: Float[torch.Tensor, "batch pos d_model"]
+    ) -> tuple[Int[torch.Tensor, "batch pos k"], Float[torch.Tensor, "batch pos k"]]:
+        """`(indices, weights)` of the experts each token goes to: softmax over all, top-k, renormalize."""
+        logits = F.linear(x, self.W_gate.weight)  # [batch, pos, num_experts], in the model dtype like HF
+        probs = self.hook_expert_weights(torch.softmax(logits.float(), dim=-1))  # [batch, pos, num_experts]
+        indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
+        weights = probs.gather(-1, indices)  # [batch, pos, k]: the edited indices' probs if a hook changed them
+        if self.cfg.norm_topk_prob:
+            weights = weights / weights.sum(-1, keepdim=True)
+        return indices, weights
+
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        indices, weights = self.route(x)
+        flat = x.reshape(-1, x.shape[-1])  # [tokens, d_model]
+        slots = indices.reshape(-1)  # [tokens * k]: slot s belongs to token s // k
+        order = slots.argsort(stable=True)  # slots grouped by expert, tokens ascending within each
+        tokens = order // self.top_k  # [tokens * k]
+        counts = torch.bincount(slots, minlength=self.num_experts).tolist()
+        outputs = [
+            expert(flat[rows])  # [n_e, d_model]
+            for expert, rows in zip(self.experts, tokens.split(counts))
+        ]
+        mixed = torch.cat(outputs) * weights.reshape(-1, 1)[order].to(x.dtype)  # [tokens * k, d_model]
+        out = torch.zeros_like(flat).index_add_(0, tokens, mixed)  # [tokens, d_model]
+        return out.view(x.shape)
+
+
+class SharedExpertMoE(MoE):
+    """Qwen2-MoE: routed experts plus one always-on expert scaled by `sigmoid(x shared_expert_gate^T)`."""
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__(cfg)
+        self.shared_expert = Expert(cfg, cfg.shared_expert_d_mlp, pos_axis=1)
+        self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
+        self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
+
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        shared = self.shared_expert(x)  # [batch, pos, d_model]
+        routed = super().forward(x)
+        gate = self.hook_shared_expert_gate(torch.sigmoid(F.linear(x, self.shared_expert_gate.weight)))
+        return routed + gate * shared
+
+
+def make_moe(cfg: HookedTransformerConfig) -> MoE:
+    return SharedExpertMoE(cfg) if cfg.shared_expert_d_mlp else MoE(cfg)

@@ -1,0 +1,263 @@
+"""Mixture-of-experts families (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) against HuggingFace eager, float32.
+
+Tiny random models with 4 experts and top-2 routing, every parameter redrawn (router
+included, so routing is far from uniform); Qwen2-MoE has its sigmoid-gated shared
+expert and OLMoE a full-width qk-norm with `clip_qkv` that actually clips. A live HF
+model holds its experts fused (transformers 5); `save_pretrained` writes one Linear per
+expert, so both checkpoint layouts are converted here. Bounds are SPEC §12's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.helpers import NO_PROCESSING, hf_block_outputs, hooked_from
+
+ATOL = 1e-5
+VOCAB = 96
+MOE = dict(num_experts=4, num_experts_per_tok=2)
+
+# name -> (HF class prefix, config overrides)
+CONFIGS = {
+    "mixtral": ("Mixtral", dict(num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2)),
+    "qwen2_moe_shared_expert": (
+        "Qwen2Moe",
+        dict(MOE, moe_intermediate_size=48, shared_expert_intermediate_size=40, num_key_value_heads=2),
+    ),
+    "qwen3_moe_norm_topk": (
+        "Qwen3Moe",
+        dict(MOE, moe_intermediate_size=48, norm_topk_prob=True, head_dim=16, num_key_value_heads=1),
+    ),
+    "olmoe_clip_qkv": ("Olmoe", dict(MOE, clip_qkv=0.5, norm_topk_prob=False, num_key_value_heads=4)),
+}
+
+
+def tiny_moe(prefix: str, seed: int = 0, **overrides):
+    """A random 2-layer HF MoE model (eager attention) with weights redrawn as in the LLaMA parity tests."""
+    import transformers
+
+    kwargs = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        num_attention_heads=4,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    kwargs.update(copy.deepcopy(overrides))
+    torch.manual_seed(seed)
+    config = getattr(transformers, prefix + "Config")(**kwargs, attn_implementation="eager")
+    hf = getattr(transformers, prefix + "ForCausalLM")(config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if name.endswith(("q_proj.weight", "k_proj.weight", "gate.weight")) else 0.1)
+    return hf
+
+
+def tokens(batch=2, pos=12, seed=0):
+    return torch.randint(0, VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
+
+
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+@pytest.fixture(params=list(CONFIGS), scope="module")
+def pair(request):
+    prefix, overrides = CONFIGS[request.param]
+    hf = tiny_moe(prefix, seed=len(request.param), **overrides)
+    return hf, hooked_from(hf)
+
+
+# -- parity ------------------------------------------------------------------------------
+
+
+def test_logits_and_every_resid_post_match_hf(pair):
+    hf, model = pair
+    t = tokens()
+    ref = hf_block_outputs(hf, hf.model.layers, t)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(t, names_filter=lambda n: n.endswith("hook_resid_post"))
+        assert max_abs(logits, hf(t).logits) <= ATOL
+    for layer, hidden in enumerate(ref):
+        assert max_abs(cache["resid_post", layer], hidden) <= ATOL, f"layer {layer}"
+
+
+def test_processed_matches_hf_and_unprocessed_and_is_idempotent(pair):
+    """fold_ln folds ln2 into the router(s) and every expert; log-probs stay those of HF."""
+    from hooked import HookedTransformer
+
+    hf, unprocessed = pair
+    model = HookedTransformer.from_pretrained("processed", hf_model=hf)
+    assert "fold_ln" in model.cfg.weight_processing and model.cfg.normalization_type == "RMSPre"
+    assert not any(k.endswith(("ln1.w", "ln2.w")) for k in model.state_dict())
+    t = tokens()
+    with torch.no_grad():
+        ours = model(t).log_softmax(-1)
+        assert max_abs(ours, hf(t).logits.log_softmax(-1)) <= ATOL
+        assert max_abs(ours, unprocessed(t).log_softmax(-1)) <= ATOL
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        model.process_weights_()
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_kv_cached_decoding_equals_full_forward(pair):
+    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+
+    _, model = pair
+    t = tokens()
+    with torch.no_grad():
+        full = model(t)
+        cache, start = HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, 2), 0
+        for n in (5, 1, 6):
+            chunk = model(t[:, start : start + n], past_kv_cache=cache)
+            assert max_abs(chunk, full[:, start : start + n]) <= ATOL
+            start += n
+
+
+def test_greedy_20_tokens_match_hf(pair):
+    hf, model = pair
+    t = tokens(1, 6, seed=3)
+    with torch.no_grad():
+        ref = hf.generate(t, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
+    ours = model.generate(t, max_new_tokens=20, do_sample=False, stop_at_eos=False, verbose=False)
+    assert torch.equal(ours, ref)
+
+
+# -- router and expert hooks -------------------------------------------------------------
+
+
+def test_cached_router_weights_equal_hf_router_softmax(pair):
+    hf, model = pair
+    t = tokens()
+    with torch.no_grad():
+        router_logits = hf(t, output_router_logits=True).router_logits  # per layer [batch * pos, experts]
+        _, cache = model.run_with_cache(t, names_filter=lambda n: "hook_expert" in n)
+    E, k = model.cfg.num_experts, model.cfg.experts_per_token
+    for layer, logits in enumerate(router_logits):
+        weights = cache[f"blocks.{layer}.mlp.hook_expert_weights"]
+        assert weights.shape == (2, 12, E) and weights.dtype == torch.float32
+        assert max_abs(weights, logits.float().softmax(-1).view(2, 12, E)) <= 1e-6
+        indices = cache[f"blocks.{layer}.mlp.hook_expert_indices"]
+        assert indices.shape == (2, 12, k)
+        assert torch.equal(indices.sort(-1).values, weights.topk(k, -1).indices.sort(-1).values)
+
+
+def test_expert_hooks_fire_with_the_routed_tokens(pair):
+    _, model = pair
+    t = tokens()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(t, names_filter=lambda n: "blocks.0.mlp." in n)
+    indices, d_mlp = cache["blocks.0.mlp.hook_expert_indices"], model.cfg.d_mlp
+    for e in range(model.cfg.num_experts):
+        n_e = int((indices == e).sum())
+        for name in ("hook_gate", "hook_pre", "hook_post"):
+            assert cache[f"blocks.0.mlp.experts.{e}.{name}"].shape == (n_e, d_mlp)
+
+
+def test_ablating_an_expert_by_hook_equals_zeroing_its_weights(pair):
+    _, model = pair
+    t = tokens()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(t, names_filter="blocks.1.mlp.hook_expert_indices")
+        expert = int(cache["blocks.1.mlp.hook_expert_indices"].flatten().mode().values)  # the busiest expert
+        clean = model(t)
+        hooked = model.run_with_hooks(
+            t, fwd_hooks=[(f"blocks.1.mlp.experts.{expert}.hook_post", lambda x, hook: torch.zeros_like(x))]
+        )
+        zeroed = copy.deepcopy(model)
+        zeroed.blocks[1].mlp.experts[expert].W_out.weight.zero_()
+        assert max_abs(hooked, zeroed(t)) <= ATOL
+        assert max_abs(hooked, clean) > 1e-3  # the ablation did something
+
+
+def test_forcing_experts_through_the_indices_hook(pair):
+    """Replacing the chosen ids routes every token to experts 0 and 1, weighted by their probs."""
+    _, model = pair
+    mlp, t = model.blocks[0].mlp, tokens()
+    x = torch.randn(2, 12, model.cfg.d_model, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        forced = torch.tensor([0, 1]).expand(2, 12, 2)
+        out = model.run_with_hooks(t, fwd_hooks=[("blocks.0.mlp.hook_expert_indices", lambda i, hook: forced)])
+        assert out.isfinite().all()
+        mlp.hook_expert_indices.add_hook(lambda i, hook: forced)
+        try:
+            ours = mlp(x)
+        finally:
+            mlp.hook_expert_indices.remove_hooks()
+        probs = torch.softmax(torch.nn.functional.linear(x, mlp.W_gate.weight), -1)[..., :2]
+        if model.cfg.norm_topk_prob:
+            probs = probs / probs.sum(-1, keepdim=True)
+        expected = probs[..., :1] * mlp.experts[0](x) + probs[..., 1:] * mlp.experts[1](x)
+        if hasattr(mlp, "shared_expert"):
+            expected = expected + torch.sigmoid(mlp.shared_expert_gate(x)) * mlp.shared_expert(x)
+        assert max_abs(ours, expected) <= ATOL
+
+
+# -- loading -----------------------------------------------------------------------------
+
+
+def test_loads_per_expert_checkpoint_from_disk(pair, tmp_path):
+    """`save_pretrained` writes one Linear per expert (Mixtral: `block_sparse_moe.experts.{e}.w1`)."""
+    from safetensors import safe_open
+
+    from hooked import HookedTransformer
+
+    hf, _ = pair
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        assert any(".experts.0." in key for key in f.keys())  # the per-expert layout, not the fused one
+    model = HookedTransformer.from_pretrained(str(tmp_path), **NO_PROCESSING)
+    t = tokens()
+    with torch.no_grad():
+        assert max_abs(model(t), hf(t).logits) <= ATOL
+
+
+def test_converted_moe_config(pair):
+    hf, model = pair
+    cfg = model.cfg
+    assert (cfg.num_experts, cfg.experts_per_token) == (4, 2)
+    is_mixtral = type(hf).__name__ == "MixtralForCausalLM"
+    assert cfg.norm_topk_prob == (True if is_mixtral else hf.config.norm_topk_prob)
+    assert cfg.shared_expert_d_mlp == getattr(hf.config, "shared_expert_intermediate_size", None)
+    assert cfg.full_width_qk_norm == (type(hf).__name__ == "OlmoeForCausalLM")
+
+
+def test_dense_layers_in_a_moe_model_are_rejected():
+    hf = tiny_moe("Qwen2Moe", **dict(CONFIGS["qwen2_moe_shared_expert"][1], mlp_only_layers=[1]))
+    with pytest.raises(NotImplementedError, match="dense MLP"):
+        hooked_from(hf)
+
+
+def test_olmoe_clip_qkv_clips():
+    """Guard against a vacuous clip: the same model without clip_qkv gives different logits."""
+    prefix, overrides = CONFIGS["olmoe_clip_qkv"]
+    clipped = tiny_moe(prefix, seed=1, **overrides)
+    model = hooked_from(clipped)
+    clipped.config.clip_qkv = None
+    t = tokens()
+    with torch.no_grad():
+        assert max_abs(model(t), clipped(t).logits) > 1e-2
+
+
+def test_full_width_qk_norm_with_gqa_grouped_and_ungrouped():
+    """OLMoE-style k_norm over n_kv_heads * d_head: HF parity under GQA, and the ungrouped keys agree."""
+    hf = tiny_moe("Olmoe", seed=2, **dict(CONFIGS["olmoe_clip_qkv"][1], num_key_value_heads=2))
+    model, t = hooked_from(hf), tokens()
+    assert model.blocks[0].attn.k_norm.w.shape == (2 * model.cfg.d_head,)
+    with torch.no_grad():
+        grouped, cache = model.run_with_cache(t, names_filter="blocks.0.attn.q_norm.hook_normalized")
+        assert cache["blocks.0.attn.q_norm.hook_normalized"].shape == (2, 12, model.cfg.n_heads * model.cfg.d_head)
+        assert max_abs(grouped, hf(t).logits) <= ATOL
+        model.set_ungroup_grouped_query_attention(True)
+        assert max_abs(model(t), grouped) <= ATOL
