@@ -20,11 +20,21 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
+from hooked.errors import AttentionMaskError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
 from hooked.token_index_mixin import TokenIndexMixin
 from hooked.tokenizer_mixin import TokenizerMixin
 from hooked.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
+from hooked.validation import (
+    check_kv_cache,
+    check_model_input,
+    check_no_text_for_residual,
+    check_token_range,
+    check_token_shape,
+    mask_dtype_check,
+    mask_is_all_ones,
+)
 from hooked.weight_processing import final_norm_kind
 from hooked.weight_views import WeightViewsMixin
 
@@ -270,6 +280,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
             )
         else:
+            check_no_text_for_residual(input, start_at_layer)
+            if tokens is not None:
+                check_token_shape(tokens, "tokens")
             residual = input
             self.forward_state = self._make_state(
                 residual.shape[0], residual.shape[1], attention_mask, past_kv_cache, step=step
@@ -313,14 +326,18 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         Returns `(residual, tokens, shortformer_pos_embed, attention_mask)`.
         """
         tokens, embeds = None, None
+        check_model_input(input, self.cfg.d_model)
         if isinstance(input, (str, list)):
             tokens, text_mask = self.to_tokens(input, prepend_bos, padding_side, return_attention_mask=True)
+            _check_no_empty_text(input, text_mask)
             attention_mask = text_mask if attention_mask is None else attention_mask
         elif input.is_floating_point():
             embeds = input
         else:
             tokens = (input[None] if input.ndim == 1 else input).to(self.embed.W_E.device)
             attention_mask = self._infer_mask(tokens, prepend_bos, padding_side, attention_mask, past_kv_cache)
+        if tokens is not None:
+            check_token_range(tokens, self.cfg.d_vocab, "input" if isinstance(input, torch.Tensor) else "input's tokens")
         batch, n_new = (tokens if tokens is not None else embeds).shape[:2]
         state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache, step=step)
         state.tokens = tokens
@@ -389,15 +406,16 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
     def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
         device = self.embed.W_E.device
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0
-        mask = None if attention_mask is None else attention_mask.to(device).long()
+        mask = None if attention_mask is None else mask_dtype_check(attention_mask).to(device).long()
         if past_kv_cache is not None:
+            check_kv_cache(past_kv_cache, self.cfg, batch)
             new = torch.ones(batch, n_new, dtype=torch.long, device=device) if mask is None else mask[:, -n_new:]
             mask = past_kv_cache.append_attention_mask(new)
         if mask is not None and mask.shape != (batch, n_cached + n_new):
-            raise ValueError(
+            raise AttentionMaskError(
                 f"attention_mask has shape {tuple(mask.shape)}; expected [batch, pos] = {(batch, n_cached + n_new)}"
             )
-        if mask is None or bool(mask.all()):
+        if mask is None or mask_is_all_ones(mask):
             positions = torch.arange(n_cached, n_cached + n_new, device=device).expand(batch, n_new)  # [batch, pos]
             mask = None
         else:
@@ -449,6 +467,16 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
     def move_model_modules_to_device(self):
         return self.to(self.cfg.device)
+
+
+def _check_no_empty_text(input: str | list[str], text_mask: torch.Tensor) -> None:
+    """Text that tokenizes to nothing (e.g. "" with prepend_bos=False) cannot be run."""
+    empty = (text_mask.sum(-1) == 0).nonzero().flatten().tolist() if text_mask.shape[1] else list(range(len(text_mask)))
+    if empty:
+        texts = [input] if isinstance(input, str) else input
+        raise TokenError(
+            f"input {texts[empty[0]]!r} tokenizes to no tokens: pass non-empty text, or prepend_bos=True to run BOS alone"
+        )
 
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
