@@ -22,6 +22,8 @@ from torch.utils.hooks import RemovableHandle
 
 from hooked.errors import HookNotEnabledError, HookShapeError  # noqa: F401  (re-exported)
 from hooked.fast_attributes import install_fast_attributes
+from hooked.thread_guard import exclusive
+from hooked.validation import check_hook_fn, check_hook_pairs, check_names_filter, check_pos_slice
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class HookPoint(nn.Module):
         """Attach `hook`; `prepend=True` runs it before the hooks already here."""
         if dir not in ("fwd", "bwd"):
             raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
+        check_hook_fn(hook, repr(self.name))
         fns, handles = (self._fwd_fns, self.fwd_hooks) if dir == "fwd" else (self._bwd_fns, self.bwd_hooks)
         handle = RemovableHandle(fns)
         fns[handle.id] = hook
@@ -194,6 +197,10 @@ class HookedRootModule(nn.Module):
         self.mod_dict: dict[str, nn.Module] = {}
         self.hook_dict: dict[str, HookPoint] = {}
 
+    def __call__(self, *args, **kwargs):
+        with exclusive(self):  # one thread at a time (hooked/thread_guard.py)
+            return super().__call__(*args, **kwargs)
+
     def setup(self) -> None:
         """Index modules and hook points by name; re-run after swapping modules."""
         self.mod_dict, self.hook_dict = {}, {}
@@ -235,6 +242,7 @@ class HookedRootModule(nn.Module):
         raise TypeError(f"A hook name must be a str or a Callable[[str], bool], got {type(name).__name__}")
 
     def _names_from_filter(self, names_filter: NameFilter) -> list[str]:
+        check_names_filter(names_filter)
         if names_filter is None:
             return [n for n, hp in self.hook_dict.items() if self.is_active(hp)]
         if isinstance(names_filter, str):
@@ -257,6 +265,7 @@ class HookedRootModule(nn.Module):
         prepend: bool = False,
     ) -> None:
         """Add `hook` to the hook point `name`, or to every active one a predicate accepts."""
+        check_hook_fn(hook, repr(name) if isinstance(name, str) else "a name filter")
         for hp in self._resolve(name):
             self.check_hooks_to_add(hp, hp.name, hook, dir=dir, is_permanent=is_permanent, prepend=prepend)
             hp.add_hook(hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
@@ -297,20 +306,22 @@ class HookedRootModule(nn.Module):
         Each `with` opens a new context level, so contexts nest: leaving an inner one
         removes only its own hooks.
         """
-        self.context_level += 1
-        level = self.context_level
-        try:
-            for name, fn in fwd_hooks:
-                self.add_hook(name, fn, dir="fwd", level=level)
-            for name, fn in bwd_hooks:
-                self.add_hook(name, fn, dir="bwd", level=level)
-            yield self
-        finally:
-            if reset_hooks_end:
-                self.remove_all_hook_fns("both", including_permanent=False, level=level)
-                if clear_contexts:
-                    self.clear_contexts()
-            self.context_level -= 1
+        fwd_hooks, bwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks"), check_hook_pairs(bwd_hooks, "bwd_hooks")
+        with exclusive(self):
+            self.context_level += 1
+            level = self.context_level
+            try:
+                for name, fn in fwd_hooks:
+                    self.add_hook(name, fn, dir="fwd", level=level)
+                for name, fn in bwd_hooks:
+                    self.add_hook(name, fn, dir="bwd", level=level)
+                yield self
+            finally:
+                if reset_hooks_end:
+                    self.remove_all_hook_fns("both", including_permanent=False, level=level)
+                    if clear_contexts:
+                        self.clear_contexts()
+                self.context_level -= 1
 
     def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
         """`forward(*args, **kwargs)` with the given hooks attached for this call only."""
@@ -334,6 +345,7 @@ class HookedRootModule(nn.Module):
     ) -> tuple[dict, list, list]:
         """Hooks that store activations (and gradients with `incl_bwd`) into `cache`."""
         cache = {} if cache is None else cache
+        check_pos_slice(pos_slice)
         index = _pos_index(pos_slice)
 
         def make_saver(key_suffix: str):

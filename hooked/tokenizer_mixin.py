@@ -12,6 +12,7 @@ from jaxtyping import Int
 
 from hooked.tokenization import encode_rows, pad_rows, prepare_tokenizer, tokenizer_prepends_bos
 from hooked.utils import USE_DEFAULT_VALUE
+from hooked.validation import check_text
 
 
 class TokenizerMixin:
@@ -21,9 +22,9 @@ class TokenizerMixin:
         """Attach a HF tokenizer: fills missing special tokens and sets `d_vocab` if unknown."""
         self.tokenizer = prepare_tokenizer(tokenizer)
         self.default_padding_side = default_padding_side
-        self.cfg.tokenizer_prepends_bos = tokenizer_prepends_bos(tokenizer)
+        self.cfg.tokenizer_prepends_bos = tokenizer_prepends_bos(self.tokenizer)
         if self.cfg.d_vocab == -1:
-            self.cfg.d_vocab = max(tokenizer.get_vocab().values()) + 1
+            self.cfg.d_vocab = max(self.tokenizer.get_vocab().values()) + 1
             if self.cfg.d_vocab_out == -1:
                 self.cfg.d_vocab_out = self.cfg.d_vocab
 
@@ -53,7 +54,7 @@ class TokenizerMixin:
         """Tokenize text into `[batch, pos]` ids (and the mask with `return_attention_mask`)."""
         tok = self._need_tokenizer()
         bos, side = self._tokenization_options(prepend_bos, padding_side)
-        texts = [input] if isinstance(input, str) else list(input)
+        texts = check_text(input)
         rows = encode_rows(tok, texts, bos)
         tokens, mask = pad_rows(rows, tok.pad_token_id, side, self.cfg.n_ctx if truncate else None)
         if move_to_device:

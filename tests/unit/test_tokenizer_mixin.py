@@ -19,14 +19,14 @@ def model_with(tokenizer, prepend_bos=True):
 def test_bos_added_at_most_once(request, fixture):
     tok = request.getfixturevalue(fixture)
     model = model_with(tok)
-    bos = tok.bos_token_id
+    bos = model.tokenizer.bos_token_id  # the model's copy: a tokenizer without BOS gets bos = eos there
     with_bos = model.to_tokens("The capital of France")
     without = model.to_tokens("The capital of France", prepend_bos=False)
     assert with_bos[0, 0] == bos and with_bos[0, 1] != bos
     assert without[0, 0] != bos and with_bos.shape[1] == without.shape[1] + 1
     torch.testing.assert_close(with_bos[:, 1:], without, atol=0, rtol=0)
     # a prompt that already starts with the BOS text does not get a second one
-    literal = model.to_tokens(tok.bos_token + "The capital")
+    literal = model.to_tokens(model.tokenizer.bos_token + "The capital")
     assert literal[0, 0] == bos and literal[0, 1] != bos
 
 
@@ -34,9 +34,9 @@ def test_per_call_options_leave_model_and_tokenizer_unchanged(tokenizer):
     model = model_with(tokenizer)
     before_cfg, before_side = copy.deepcopy(model.cfg.to_dict()), tokenizer.padding_side
     toks, mask = model.to_tokens(["a b", "The quick brown fox"], prepend_bos=False, padding_side="left", return_attention_mask=True)
-    assert mask[0, 0] == 0 and mask[0, -1] == 1 and toks[0, 0] == tokenizer.pad_token_id
+    assert mask[0, 0] == 0 and mask[0, -1] == 1 and toks[0, 0] == model.tokenizer.pad_token_id
     right = model.to_tokens(["a b", "The quick brown fox"], padding_side="right")
-    assert right[0, 0] == tokenizer.bos_token_id and right[0, -1] == tokenizer.pad_token_id
+    assert right[0, 0] == model.tokenizer.bos_token_id and right[0, -1] == model.tokenizer.pad_token_id
     assert model.cfg.to_dict() == before_cfg and tokenizer.padding_side == before_side
     assert model.default_padding_side == "right"
 
