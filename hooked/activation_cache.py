@@ -9,6 +9,7 @@ import torch
 from jaxtyping import Int
 
 from hooked.cache_analysis import CacheAnalysisMixin
+from hooked.errors import MissingHooksError
 from hooked.utils import Slice, SliceInput, get_act_name, token_index
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class ActivationCache(CacheAnalysisMixin):
     def __getitem__(self, key) -> torch.Tensor:
         name = self._key(key)
         if name not in self.cache_dict:
-            raise KeyError(
+            raise MissingHooksError(
                 f"{name!r} (from key {key!r}) is not in the cache. It holds {len(self.cache_dict)} activations; "
                 "pass names_filter=None to run_with_cache to cache every hook."
             )

@@ -19,6 +19,7 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 
 from components.norms import LayerNormPre
+from hooked.errors import MissingHooksError
 from hooked.utils import Slice, SliceInput
 
 logger = logging.getLogger(__name__)
@@ -39,8 +40,25 @@ class CacheAnalysisMixin:
         return "hook_embed" in self.cache_dict
 
     def _has_pos_embed(self) -> bool:
+        """Whether the model adds a position embedding to the residual stream (then it must be cached)."""
         # A shortformer's position embedding feeds q and k but is never added to the residual stream.
-        return "hook_pos_embed" in self.cache_dict and self.model.cfg.positional_embedding_type != "shortformer"
+        return "hook_pos_embed" in self.model.hook_dict and self.model.cfg.positional_embedding_type != "shortformer"
+
+    def _embed_keys(self) -> list[str]:
+        return ["hook_embed"] + (["hook_pos_embed"] if self._has_pos_embed() else [])
+
+    def _require(self, keys: list, what: str) -> None:
+        """Raise `MissingHooksError` naming every cache entry `what` needs but this cache lacks."""
+        names = [self._key(k) for k in keys]
+        missing = [n for n in dict.fromkeys(names) if n not in self.cache_dict]
+        if not missing:
+            return
+        suffixes = tuple(dict.fromkeys(n.rsplit(".", 1)[-1] for n in names))
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise MissingHooksError(
+            f"{what} needs {shown}, which this cache lacks. Cache them with "
+            f"run_with_cache(..., names_filter=lambda name: name.endswith({suffixes!r})), or names_filter=None for all."
+        )
 
     def _resid_like(self) -> Float[torch.Tensor, "*batch_and_pos d_model"]:
         """Any cached `[*batch_and_pos, d_model]` tensor, to shape empty stacks."""
@@ -92,6 +110,9 @@ class CacheAnalysisMixin:
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_layers = self.model.cfg.n_layers
+        needed = [("resid_pre", l) for l in range(min(layer + 1, n_layers))]
+        needed += [("resid_mid", l) for l in range(min(layer + 1, n_layers)) if (incl_mid and l < layer) or (mlp_input and l == layer)]
+        self._require(needed + ([("resid_post", n_layers - 1)] if layer == n_layers else []), "accumulated_resid")
         parts, labels = [], []
         for l in range(layer + 1):
             if l == n_layers:
@@ -130,8 +151,11 @@ class CacheAnalysisMixin:
         layer = self._final_layer(layer)
         incl_attn = mode != "mlp"
         incl_mlp = mode != "attn" and not self.model.cfg.attn_only
+        needed = self._embed_keys() if incl_embeds else []
+        needed += [("attn_out", l) for l in range(layer) if incl_attn] + [("mlp_out", l) for l in range(layer) if incl_mlp]
+        self._require(needed + ([("attn_out", layer)] if mlp_input and incl_attn else []), "decompose_resid")
         parts, labels = [], []
-        if incl_embeds and self._has_embed():
+        if incl_embeds:
             parts.append(self["hook_embed"])
             labels.append("embed")
         if incl_embeds and self._has_pos_embed():
@@ -403,6 +427,7 @@ class CacheAnalysisMixin:
         """
         layer = self._final_layer(layer)
         pos_slice = Slice.unwrap(pos_slice)
+        self._require(self._embed_keys(), "get_full_resid_decomposition")
         proj = project_output_onto
         project_2d = None if proj is None else (proj[:, None] if proj.ndim == 1 else proj)  # [d_model, k]
 
@@ -427,9 +452,8 @@ class CacheAnalysisMixin:
                 )
                 parts.append(finish(mlps))
             labels += neuron_labels
-        if self._has_embed():
-            parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
-            labels.append("embed")
+        parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
+        labels.append("embed")
         if self._has_pos_embed():
             parts.append(finish(pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
             labels.append("pos_embed")

@@ -19,6 +19,8 @@ from typing import Any, Optional, Union
 import torch
 from jaxtyping import Complex, Float
 
+from hooked.errors import ShapeMismatchError
+
 logger = logging.getLogger(__name__)
 
 Scalar = Union[int, float, torch.Tensor]
@@ -30,14 +32,14 @@ class FactoredMatrix:
     def __init__(self, A: Float[torch.Tensor, "... l m"], B: Float[torch.Tensor, "... m r"]):
         """Store the factors, broadcasting their leading dimensions against each other."""
         if A.ndim < 2 or B.ndim < 2:
-            raise ValueError(f"factors must be at least 2-D, got A{tuple(A.shape)} and B{tuple(B.shape)}")
+            raise ShapeMismatchError(f"factors must be at least 2-D, got A{tuple(A.shape)} and B{tuple(B.shape)}")
         if A.size(-1) != B.size(-2):
-            raise ValueError(f"inner dimensions differ: A{tuple(A.shape)} @ B{tuple(B.shape)}")
+            raise ShapeMismatchError(f"inner dimensions differ: A{tuple(A.shape)} @ B{tuple(B.shape)}")
         self.ldim, self.mdim, self.rdim = A.size(-2), A.size(-1), B.size(-1)
         try:
             lead = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
         except RuntimeError as e:
-            raise ValueError(f"leading dimensions do not broadcast: A{tuple(A.shape)}, B{tuple(B.shape)}") from e
+            raise ShapeMismatchError(f"leading dimensions do not broadcast: A{tuple(A.shape)}, B{tuple(B.shape)}") from e
         self.shape = torch.Size(lead + (self.ldim, self.rdim))
         self.A = A.broadcast_to(lead + (self.ldim, self.mdim))
         self.B = B.broadcast_to(lead + (self.mdim, self.rdim))
@@ -61,10 +63,12 @@ class FactoredMatrix:
             return (self @ other.A) @ other.B
         if not isinstance(other, torch.Tensor):
             return NotImplemented
+        if other.size(0 if other.ndim == 1 else -2) != self.rdim:
+            raise ShapeMismatchError(
+                f"cannot multiply {self} by a tensor of shape {tuple(other.shape)}: its dim -2 must be {self.rdim}"
+            )
         if other.ndim == 1:
             return (self.A @ (self.B @ other.unsqueeze(-1))).squeeze(-1)
-        if other.size(-2) != self.rdim:
-            raise ValueError(f"cannot multiply {self} by a tensor of shape {tuple(other.shape)}")
         if self.rdim > self.mdim:
             return FactoredMatrix(self.A, self.B @ other)  # inner dim stays m
         return FactoredMatrix(self.AB, other)  # r <= m: r is the smaller inner dim
@@ -76,7 +80,9 @@ class FactoredMatrix:
         if not isinstance(other, torch.Tensor):
             return NotImplemented
         if other.size(-1) != self.ldim:
-            raise ValueError(f"cannot multiply a tensor of shape {tuple(other.shape)} by {self}")
+            raise ShapeMismatchError(
+                f"cannot multiply a tensor of shape {tuple(other.shape)} by {self}: its last dim must be {self.ldim}"
+            )
         if other.ndim == 1:
             return ((other.unsqueeze(-2) @ self.A) @ self.B).squeeze(-2)
         if self.ldim > self.mdim:
@@ -105,7 +111,7 @@ class FactoredMatrix:
     def BA(self) -> Float[torch.Tensor, "... m m"]:
         """The reversed product `B @ A`; only defined for square matrices (l == r)."""
         if self.ldim != self.rdim:
-            raise ValueError(f"BA needs a square matrix, shape is {tuple(self.shape)}")
+            raise ShapeMismatchError(f"BA needs a square matrix, shape is {tuple(self.shape)}")
         return self.B @ self.A
 
     @property

@@ -37,7 +37,17 @@ from tqdm.auto import tqdm
 from hooked.activation_cache import ActivationCache
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache
 from hooked.sampling import (token_counts, apply_repetition_penalty, apply_freq_penalty, top_k_filter, top_p_filter, sample_next_token, _check_sampling)  # noqa: F401  (re-exported)
+from hooked.errors import AttentionMaskError, InputError
 from hooked.utils import USE_DEFAULT_VALUE, AtSteps
+from hooked.validation import (
+    check_generate_args,
+    check_hook_pairs,
+    check_model_input,
+    check_names_filter,
+    check_token_range,
+    mask_dtype_check,
+    mask_is_all_ones,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +88,12 @@ def check_left_padded(mask: Int[torch.Tensor, "batch pos"]) -> None:
     right_padded = (mask[:, 1:] < mask[:, :-1]).any(dim=-1)  # a 1 followed by a 0
     if right_padded.any():
         rows = right_padded.nonzero().flatten().tolist()
-        raise ValueError(
+        raise AttentionMaskError(
             f"generate needs left padding, but attention_mask rows {rows} have a 0 after a 1. "
             "Tokenize with padding_side='left' (list[str] input is always left-padded)."
         )
     if not mask[:, -1].all():
-        raise ValueError("attention_mask has a row with no real token")
+        raise AttentionMaskError("attention_mask has a row with no real token")
 
 
 def prepare_prompt(
@@ -96,6 +106,9 @@ def prepare_prompt(
     """
     device = model.embed.W_E.device
     tokens, embeds, mask = None, None, attention_mask
+    check_model_input(input, model.cfg.d_model)
+    if mask is not None:
+        mask_is_all_ones(mask_dtype_check(mask))
     if isinstance(input, (str, list)):
         kind = "str" if isinstance(input, str) else "list"
         tokens, text_mask = model.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
@@ -104,6 +117,7 @@ def prepare_prompt(
         kind, embeds = "embeds", (input[None] if input.ndim == 2 else input).to(device)  # [batch, pos, d_model]
     else:
         kind, tokens = "tokens", (input[None] if input.ndim == 1 else input).to(device)  # [batch, pos]
+        check_token_range(tokens, model.cfg.d_vocab, "input")
         if mask is None:
             mask = model._infer_mask(tokens, prepend_bos, padding_side, None, None)
     shape = (tokens if tokens is not None else embeds).shape[:2]
@@ -111,7 +125,7 @@ def prepare_prompt(
         raise ValueError("generate needs at least one prompt position (pass prepend_bos=True for an empty string)")
     mask = torch.ones(shape, dtype=torch.long, device=device) if mask is None else mask.to(device).long()
     if mask.shape != shape:
-        raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, the prompt {tuple(shape)}")
+        raise AttentionMaskError(f"attention_mask has shape {tuple(mask.shape)}, the prompt {tuple(shape)}")
     check_left_padded(mask)
     return Prompt(kind, tokens, embeds, mask)
 
@@ -406,10 +420,14 @@ def _prepare(
     fwd_hooks, return_cache, names_filter, device, output_logits, generator, seed,
 ) -> _Call:  # fmt: skip
     if return_type not in RETURN_TYPES:
-        raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    _check_sampling(top_k, top_p, temperature, repetition_penalty)
+        raise InputError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+    check_generate_args(
+        max_new_tokens, temperature, top_k, top_p, freq_penalty, repetition_penalty, seed, eos_token_id,
+        model.cfg.d_vocab_out,
+    )  # fmt: skip
+    fwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks")
+    if return_cache:
+        check_names_filter(names_filter)
     if any(hp.bwd_hooks for hp in model.hook_dict.values()):
         raise ValueError(
             "generate runs under torch.inference_mode, where backward hooks never fire: remove them first "

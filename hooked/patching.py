@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 from jaxtyping import Float, Int
 
+from hooked.errors import PatchingError
 from hooked.utils import get_act_name
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def generic_activation_patch(
     `batch_size` patches run per forward (None: `auto_batch_size`), with the same results
     as one forward each.
     """
+    _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name)
     if index_df is None:
         if index_axis_names is None:
             raise ValueError("Pass index_axis_names or index_df")
@@ -245,11 +247,42 @@ def _patched_metrics(
                 attention_mask=None if mask is None else mask.repeat(copies, 1),
                 fwd_hooks=hooks,
             )
-        return [_scalar(metric(logits[i * batch : (i + 1) * batch])) for i in range(copies)]
+        return [_scalar(metric(logits[i * batch : (i + 1) * batch]), metric) for i in range(copies)]
 
 
-def _scalar(value) -> float:
-    return value.item() if isinstance(value, torch.Tensor) else float(value)
+def _scalar(value, metric=None) -> float:
+    """The metric's value as a float; anything but a one-element tensor or a number raises."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)
+    raise PatchingError(
+        f"patching_metric {getattr(metric, '__name__', metric)!r} must return a scalar (a number or a one-element "
+        f"tensor) per patched run, got {what}; reduce it, e.g. with .mean()"
+    )
+
+
+def _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name: str) -> None:
+    """The clean cache must come from inputs of the corrupted tokens' length and batch size."""
+    if not isinstance(corrupted_tokens, torch.Tensor) or corrupted_tokens.is_floating_point():
+        raise PatchingError(f"corrupted_tokens must be integer token ids [batch, pos], got {type(corrupted_tokens).__name__}")
+    tokens = corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None]  # [batch, pos]
+    name = get_act_name(activation_name, layer=0)
+    if name not in clean_cache:
+        raise PatchingError(f"clean_cache has no {name!r}: cache it with run_with_cache (names_filter including it)")
+    hook = model.hook_dict.get(name)
+    clean = clean_cache[name]
+    axis = getattr(hook, "pos_axis", 1)
+    if axis is not None and clean.ndim > axis and clean.shape[axis] != tokens.shape[1]:
+        raise PatchingError(
+            f"the clean run has {clean.shape[axis]} positions ({name} shape {tuple(clean.shape)}) but corrupted_tokens "
+            f"has {tokens.shape[1]}: clean and corrupted prompts must have the same number of tokens"
+        )
+    if clean.shape[0] not in (1, tokens.shape[0]):
+        raise PatchingError(
+            f"the clean run has batch size {clean.shape[0]} ({name}) but corrupted_tokens has {tokens.shape[0]}"
+        )
 
 
 def _patch_copies(act: torch.Tensor, hook, patches, batch: int, clean: torch.Tensor, setter: PatchSetter):

@@ -108,11 +108,7 @@ def sample_next_token(
 
 
 def _check_sampling(top_k, top_p, temperature, repetition_penalty) -> None:
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+    """Kept for imports; `hooked.validation.check_generate_args` checks every generate argument."""
+    from hooked.validation import check_generate_args
+
+    check_generate_args(0, temperature, top_k, top_p, 0.0, repetition_penalty, None, None, 1)
