@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 
 from components.forward_state import ForwardState
-from components.norms import RMSNorm
+from components.norms import make_norm
 from components.qk_norm import apply_qk_norm
 from components.rotary import apply_rotary, layer_rotary_parameters, rotary_cos_sin, rotary_inv_freq
 from hooked.config import HookedTransformerConfig
@@ -63,7 +63,7 @@ class Attention(nn.Module):
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
             q_width, k_width = (H * dh, cfg.n_kv_heads * dh) if cfg.full_width_qk_norm else (dh, dh)
-            self.q_norm, self.k_norm = RMSNorm(cfg, q_width), RMSNorm(cfg, k_width)
+            self.q_norm, self.k_norm = make_norm(cfg, "RMS", q_width), make_norm(cfg, "RMS", k_width)
         self.rotary = cfg.positional_embedding_type == "rotary"
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)

@@ -95,6 +95,29 @@ class RMSNorm(RMSNormPre):
         return self.normalize(x) * self.w
 
 
+class RMSNormGainFirst(RMSNorm):
+    """RMSNorm whose gain multiplies the float32 normalized input before the cast: `(n32 * w).to(dtype)`.
+
+    HF's Gemma (whose `w` is stored here with its `+ 1` added, TransformerLens's
+    convention) and OLMo-2 compute this; LLaMA casts first, `n.to(dtype) * w`. The two
+    differ only below float32. `hook_normalized` sees the cast normalized input; when no
+    hook edits it, the float32 value is used, so hooking never changes the result.
+    """
+
+    def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
+        if x.dtype == torch.float32:  # the cast is the identity: the plain RMSNorm is bit for bit the same
+            return self.normalize(x) * self.w
+        numerator, var = self.statistics(x.float())
+        n32 = _normalize(self.hook_scale, numerator, var, self.eps)
+        if self.hook_normalized.observed:
+            cast = n32.to(x.dtype)
+            before = cast.clone()
+            hooked = self.hook_normalized(cast)
+            if not (hooked is cast and torch.equal(before, cast)):
+                n32 = hooked.float()
+        return (n32 * self.w.float()).to(x.dtype)
+
+
 NORMS = {"LN": LayerNorm, "LNPre": LayerNormPre, "RMS": RMSNorm, "RMSPre": RMSNormPre}
 
 
@@ -103,4 +126,6 @@ def make_norm(cfg: HookedTransformerConfig, kind: str | None = None, length: int
     kind = cfg.normalization_type if kind is None else kind
     if kind is None:
         return nn.Identity()
+    if kind == "RMS" and cfg.norm_gain_in_fp32:
+        return RMSNormGainFirst(cfg, length)
     return NORMS[kind](cfg, length)

