@@ -14,9 +14,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
 from components.forward_state import ForwardState
-from components.norms import make_norm
-from components.qk_norm import apply_qk_norm
+from components.qk_norm import apply_qk_norm, make_qk_norm
 from components.rotary import apply_rotary, layer_rotary_parameters, rotary_cos_sin, rotary_inv_freq
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
@@ -62,8 +62,9 @@ class Attention(nn.Module):
         is_local = cfg.attn_types_or_global[layer] == "local"
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
-            q_width, k_width = (H * dh, cfg.n_kv_heads * dh) if cfg.full_width_qk_norm else (dh, dh)
-            self.q_norm, self.k_norm = make_norm(cfg, "RMS", q_width), make_norm(cfg, "RMS", k_width)
+            self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
+        # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
+        self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
         self.rotary = cfg.positional_embedding_type == "rotary"
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)
@@ -168,9 +169,11 @@ class Attention(nn.Module):
         state: ForwardState,
     ) -> Float[torch.Tensor, "batch head pos d_head"]:
         mask, is_causal = state.sdpa_mask(self.window)
+        if self.alibi_slopes is not None:  # the bias rides in a float mask, -inf where masked
+            mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype), False
         batch, n_queries, n_heads, d_head = q.shape
         kv_heads = k.shape[2]
-        if kv_heads != n_heads and n_queries == 1:
+        if kv_heads != n_heads and n_queries == 1 and self.alibi_slopes is None:
             # Decoding one token with GQA: the query heads sharing a K/V head act as that head's
             # queries (their mask row is the same), so K/V are never repeated, as in HF.
             grouped = q.reshape(batch, kv_heads, n_heads // kv_heads, d_head)  # [batch, kv_head, group, d_head]
@@ -186,6 +189,8 @@ class Attention(nn.Module):
 
     def _attend_explicit(self, q, k, v, state: ForwardState) -> Float[torch.Tensor, "batch head pos d_head"]:
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [batch, head, q_pos, k_pos]
+        if self.alibi_slopes is not None:
+            scores = scores + alibi_bias(state, self.alibi_slopes, scores.dtype)  # [batch, head, 1, k_pos] bias
         if self.cfg.attn_scores_soft_cap > 0:
             cap = self.cfg.attn_scores_soft_cap
             scores = cap * torch.tanh(scores / cap)

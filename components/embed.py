@@ -1,4 +1,9 @@
-"""Token and learned absolute position embeddings."""
+"""Token and learned absolute position embeddings.
+
+With `cfg.post_embedding_ln` (Bloom) the token embedding is followed by its own LayerNorm,
+`embed.ln`, whose `hook_scale`/`hook_normalized` fire before `hook_embed`. It is never folded:
+it writes to the residual stream, nothing reads it.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from components.norms import LayerNorm
 from hooked.config import HookedTransformerConfig
 
 
 class Embed(nn.Module):
-    """Token embedding: row `t` of `W_E [d_vocab, d_model]` for token `t`."""
+    """Token embedding: row `t` of `W_E [d_vocab, d_model]` for token `t` (then `ln`, if Bloom)."""
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__()
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model, dtype=cfg.dtype))
+        if cfg.post_embedding_ln:
+            self.ln = LayerNorm(cfg)
 
     def forward(self, tokens: Int[torch.Tensor, "batch pos"]) -> Float[torch.Tensor, "batch pos d_model"]:
-        return F.embedding(tokens, self.W_E)
+        embed = F.embedding(tokens, self.W_E)  # [batch, pos, d_model]
+        return self.ln(embed) if hasattr(self, "ln") else embed
 
 
 class PosEmbed(nn.Module):

@@ -1,4 +1,8 @@
-"""qk-norm: RMSNorm of the queries and keys after projection, before rotary.
+"""qk-norm: a norm of the queries and keys after projection, before rotary.
+
+The kind follows the model's own norms: RMSNorm for RMS models, LayerNorm for LayerNorm
+models (Phi's `qk_layernorm`: one LayerNorm shared by all heads; StableLM-2-12B with
+`cfg.qk_norm_per_head`: separate `[head, d_head]` weights per head).
 
 Two widths exist. Qwen3 and Gemma-3 normalize each head over `d_head` (one gain of
 `[d_head]` shared by all heads). OLMo-2/3 and OLMoE normalize the whole projection over
@@ -11,7 +15,34 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from components.norms import RMSNorm
+import torch.nn as nn
+
+from components.norms import LayerNorm, LayerNormPre, RMSNorm, make_norm
+from hooked.config import HookedTransformerConfig
+
+
+class PerHeadLayerNorm(LayerNormPre):
+    """LayerNorm over `d_head` with separate weights per head: `normalized * w[h] + b[h]`."""
+
+    def __init__(self, cfg: HookedTransformerConfig, n_heads: int):
+        super().__init__(cfg, cfg.d_head)
+        self.w = nn.Parameter(torch.ones(n_heads, cfg.d_head, dtype=cfg.dtype))
+        self.b = nn.Parameter(torch.zeros(n_heads, cfg.d_head, dtype=cfg.dtype))
+
+    def forward(self, x: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch pos head d_head"]:
+        w, b = self.w, self.b  # [head, d_head]
+        if x.shape[-2] != w.shape[0]:  # keys ungrouped to n_heads: each K/V head's weights serve its group
+            repeats = x.shape[-2] // w.shape[0]
+            w, b = w.repeat_interleave(repeats, dim=0), b.repeat_interleave(repeats, dim=0)
+        return torch.addcmul(b, self.normalize(x), w)
+
+
+def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> nn.Module:
+    """The q or k norm of one attention layer (`n_heads` = its query or key/value heads)."""
+    if cfg.normalization_type in ("LN", "LNPre"):
+        return PerHeadLayerNorm(cfg, n_heads) if cfg.qk_norm_per_head else LayerNorm(cfg, cfg.d_head)
+    width = n_heads * cfg.d_head if cfg.full_width_qk_norm else cfg.d_head
+    return make_norm(cfg, "RMS", width)
 
 
 def apply_qk_norm(norm: RMSNorm, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:

@@ -64,6 +64,7 @@ class HookedTransformerConfig:
     use_qk_norm: bool = False
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
+    qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False
     post_embedding_ln: bool = False
     embed_scale: float | None = None

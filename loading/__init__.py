@@ -5,6 +5,7 @@ One module per architecture family registers a pure converter by HF class name;
 """
 
 from loading import gemma, gpt2, llama, moe  # noqa: F401  (registers converters)
+from loading import bloom, gpt_bigcode, gpt_neo, gpt_neox, gptj, opt, phi, stablelm, starcoder2  # noqa: F401
 from loading.checkpoint import load_tokenizer
 from loading.pretrained import load_pretrained
 from loading.registry import ARCHITECTURES, get_architecture, supported_architectures

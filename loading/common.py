@@ -117,13 +117,19 @@ def bias_or_zeros(
 
 
 def unembed_weights(
-    lm_head: Float[torch.Tensor, "d_vocab d_model"] | None, W_E: Float[torch.Tensor, "d_vocab d_model"]
+    lm_head: Float[torch.Tensor, "d_vocab d_model"] | None,
+    W_E: Float[torch.Tensor, "d_vocab d_model"],
+    bias: Float[torch.Tensor, "d_vocab"] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """`unembed.W_U` `[d_model, d_vocab]` and a zero `unembed.b_U` from an HF `lm_head.weight` `[d_vocab, d_model]`.
+    """`unembed.W_U` `[d_model, d_vocab]` and `unembed.b_U` from an HF `lm_head.weight` `[d_vocab, d_model]`.
+
+    `b_U` is the `lm_head` bias (GPT-J, Phi), or zeros.
 
     A missing `lm_head`, or one sharing `W_E`'s storage, means tied embeddings: `W_U` is
     then the transposed view `W_E.T`, so both names keep pointing at one tensor.
     """
     tied = lm_head is None or lm_head.data_ptr() == W_E.data_ptr()
     W_U = W_E.T if tied else lm_head.T  # [d_model, d_vocab]
-    return {"unembed.W_U": W_U, "unembed.b_U": torch.zeros(W_U.shape[1], dtype=W_U.dtype, device=W_U.device)}
+    if bias is None:
+        bias = torch.zeros(W_U.shape[1], dtype=W_U.dtype, device=W_U.device)
+    return {"unembed.W_U": W_U, "unembed.b_U": bias}

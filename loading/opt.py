@@ -1,0 +1,72 @@
+"""OPT (`OPTForCausalLM`), pre-LayerNorm sizes: learned positions stored with an offset of 2, relu MLP.
+
+    x = embed_tokens(tokens) + embed_positions(positions + 2)
+    per layer:  x += attn(self_attn_layer_norm(x));  x += fc2(relu(fc1(final_layer_norm(x))))
+    logits = embed_tokens^T final_layer_norm(x)     (tied)
+
+`W_pos` is `embed_positions.weight[2:]` (HF sends padding to row 1; hooked zeroes padding's
+position embedding instead, which no real token sees). HF multiplies q by 1/sqrt(d_head) before
+QK^T; hooked scales the scores, the same product. opt-350m is post-LN with a 512 <-> 1024
+`project_in`/`project_out`: refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
+from loading.parts import dense_mlp, layer_norm, prefixed, projections
+from loading.registry import register_architecture
+
+POSITION_OFFSET = 2
+
+
+def convert_opt_config(hf: Any) -> dict:
+    projected = (hf.word_embed_proj_dim or hf.hidden_size) != hf.hidden_size
+    if not hf.do_layer_norm_before or projected or getattr(hf, "_remove_final_layer_norm", False):
+        raise NotImplementedError(
+            "This OPT checkpoint is post-LayerNorm (do_layer_norm_before=False, e.g. facebook/opt-350m) or projects "
+            f"embeddings (word_embed_proj_dim={hf.word_embed_proj_dim} != hidden_size={hf.hidden_size}); hooked "
+            "supports only the pre-LayerNorm OPT sizes (opt-125m, opt-1.3b, opt-2.7b, ...). Use one of those."
+        )
+    return dict(
+        d_model=hf.hidden_size,
+        d_head=hf.hidden_size // hf.num_attention_heads,
+        n_heads=hf.num_attention_heads,
+        n_layers=hf.num_hidden_layers,
+        n_ctx=hf.max_position_embeddings,
+        d_mlp=hf.ffn_dim,
+        d_vocab=hf.vocab_size,
+        act_fn=ACT_FN_NAMES.get(hf.activation_function, hf.activation_function),
+        eps=1e-5,  # nn.LayerNorm's default: OPT configs have no eps field
+        normalization_type="LN",
+        positional_embedding_type="standard",
+        default_prepend_bos=True,
+        original_architecture="OPTForCausalLM",
+    )
+
+
+def convert_opt_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    hf = strip_prefix(hf_state, "model.decoder.")
+    d = cfg.d_model
+    sd = {
+        "embed.W_E": hf["embed_tokens.weight"],  # [d_vocab, d_model]
+        "pos_embed.W_pos": hf["embed_positions.weight"][POSITION_OFFSET:],  # [n_ctx, d_model]
+    }
+    for layer in range(cfg.n_layers):
+        p = f"layers.{layer}."
+        block = {
+            **layer_norm(hf, p + "self_attn_layer_norm", "ln1", d),
+            **projections(hf, p + "self_attn.", ("q_proj", "k_proj", "v_proj", "out_proj"), cfg),
+            **layer_norm(hf, p + "final_layer_norm", "ln2", d),
+            **dense_mlp(hf, p + "fc1", p + "fc2"),
+        }
+        sd.update(prefixed(f"blocks.{layer}.", block))
+    sd.update(layer_norm(hf, "final_layer_norm", "ln_final", d))
+    sd.update(unembed_weights(hf.get("lm_head.weight"), sd["embed.W_E"]))
+    return sd
+
+
+register_architecture(("OPTForCausalLM",), convert_opt_config, convert_opt_weights)

@@ -1,0 +1,65 @@
+"""StarCoder2 (`Starcoder2ForCausalLM`): the LLaMA layout with LayerNorm, biases, a dense
+gelu MLP and a sliding window on every layer.
+
+    per layer:  x += attn(input_layernorm(x));  x += c_proj(gelu(c_fc(post_attention_layernorm(x))))
+    logits = lm_head(norm(x))          (tied)
+
+Rotary (NeoX half split) over the whole head; grouped-query attention.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
+from loading.llama import local_attention
+from loading.parts import dense_mlp, layer_norm, prefixed, projections
+from loading.registry import register_architecture
+
+
+def convert_starcoder2_config(hf: Any) -> dict:
+    d_head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    rotary_base, rotary_scaling = hf_rope_parameters(hf)
+    return dict(
+        d_model=hf.hidden_size,
+        d_head=d_head,
+        n_heads=hf.num_attention_heads,
+        n_key_value_heads=hf.num_key_value_heads,
+        n_layers=hf.num_hidden_layers,
+        n_ctx=hf.max_position_embeddings,
+        d_mlp=hf.intermediate_size,
+        d_vocab=hf.vocab_size,
+        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
+        eps=hf.norm_epsilon,
+        normalization_type="LN",
+        positional_embedding_type="rotary",
+        rotary_dim=d_head,
+        rotary_base=rotary_base,
+        rotary_scaling=rotary_scaling,
+        **local_attention(hf.sliding_window, [True] * hf.num_hidden_layers),
+        default_prepend_bos=False,
+        original_architecture="Starcoder2ForCausalLM",
+    )
+
+
+def convert_starcoder2_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    hf = strip_prefix(hf_state, "model.")
+    d = cfg.d_model
+    sd = {"embed.W_E": hf["embed_tokens.weight"]}  # [d_vocab, d_model]
+    for layer in range(cfg.n_layers):
+        p = f"layers.{layer}."
+        block = {
+            **layer_norm(hf, p + "input_layernorm", "ln1", d),
+            **projections(hf, p + "self_attn.", ("q_proj", "k_proj", "v_proj", "o_proj"), cfg),
+            **layer_norm(hf, p + "post_attention_layernorm", "ln2", d),
+            **dense_mlp(hf, p + "mlp.c_fc", p + "mlp.c_proj"),
+        }
+        sd.update(prefixed(f"blocks.{layer}.", block))
+    sd.update(layer_norm(hf, "norm", "ln_final", d))
+    sd.update(unembed_weights(hf.get("lm_head.weight"), sd["embed.W_E"]))
+    return sd
+
+
+register_architecture(("Starcoder2ForCausalLM",), convert_starcoder2_config, convert_starcoder2_weights)
