@@ -24,10 +24,12 @@ importing this module stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 import time
 from pathlib import Path
@@ -120,11 +122,14 @@ def gguf_to_hf_checkpoint(
     )
     try:
         steps.set_postfix_str("config")
-        config, model_cls = _read_config(gguf_file)
+        check_gguf_header(gguf_file)
+        with _corrupt_file_errors(gguf_file):
+            config, model_cls = _read_config(gguf_file)
         steps.update()
 
         steps.set_postfix_str("dequantise weights")
-        state_dict = _read_state_dict(gguf_file, config, model_cls)
+        with _corrupt_file_errors(gguf_file):
+            state_dict = _read_state_dict(gguf_file, config, model_cls)
         steps.update()
 
         steps.set_postfix_str("write model.safetensors")
@@ -164,6 +169,42 @@ def gguf_to_hf_checkpoint(
     return out_dir
 
 
+# --------------------------------------------------------------------------- validation
+
+#: A GGUF file starts with this magic, a uint32 version, a uint64 tensor count and a uint64 metadata count.
+GGUF_MAGIC = b"GGUF"
+GGUF_MIN_BYTES = 24
+
+
+def check_gguf_header(gguf_file: Path) -> None:
+    """Raise `CheckpointError` unless the file starts like a GGUF file (magic and fixed header)."""
+    from hooked.errors import CheckpointError
+
+    size = gguf_file.stat().st_size
+    if size < GGUF_MIN_BYTES:
+        raise CheckpointError(f"{gguf_file}: {size} bytes is too short for a GGUF file; truncated?")
+    with open(gguf_file, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise CheckpointError(f"{gguf_file}: not a GGUF file (starts with {magic!r}, expected {GGUF_MAGIC!r})")
+
+
+@contextlib.contextmanager
+def _corrupt_file_errors(gguf_file: Path):
+    """Reader failures on a malformed file become one `CheckpointError` naming the file."""
+    from hooked.errors import CheckpointError, HookedError
+
+    try:
+        yield
+    except HookedError:
+        raise
+    except (ValueError, OSError, KeyError, IndexError, TypeError, EOFError, struct.error, MemoryError) as e:
+        raise CheckpointError(
+            f"{gguf_file}: cannot read this GGUF file ({type(e).__name__}: {e}); it may be truncated or corrupt, "
+            "so download it again"
+        ) from e
+
+
 # --------------------------------------------------------------------------- steps
 
 
@@ -174,7 +215,7 @@ def _read_config(gguf_file: Path):
 
     logger.info("Reading config from GGUF metadata")
     config = AutoConfig.from_pretrained(
-        str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True
+        str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True, trust_remote_code=False
     )
     model_cls = AutoModelForCausalLM._model_mapping[type(config)]
     config.architectures = [model_cls.__name__]
@@ -267,7 +308,7 @@ def _write_tokenizer(gguf_file: Path, out: Path, max_length: int | None = None) 
 
     logger.info("Converting the tokenizer")
     tok = AutoTokenizer.from_pretrained(
-        str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True
+        str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True, trust_remote_code=False
     )
     if max_length:
         # GGUF carries no tokenizer length limit; use the model's context length, as HF repos do.
@@ -275,7 +316,7 @@ def _write_tokenizer(gguf_file: Path, out: Path, max_length: int | None = None) 
     tok.save_pretrained(str(out))
     _drop_load_kwargs(out / "tokenizer_config.json")
 
-    reloaded = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    reloaded = AutoTokenizer.from_pretrained(str(out), local_files_only=True, trust_remote_code=False)
     problems = []
     for attr in ("bos_token", "eos_token", "pad_token", "unk_token"):
         a, b = getattr(tok, attr), getattr(reloaded, attr)

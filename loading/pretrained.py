@@ -17,6 +17,7 @@ from loading.checkpoint import (
     safetensors_files,
 )
 from loading.registry import get_architecture
+from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype, where_in
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,9 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     checkpoints = [kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")]
     if any(c is not None for c in checkpoints):  # never load the final weights when a checkpoint was asked for
         raise NotImplementedError("Training checkpoints (Pythia step revisions) need the hub; not available offline")
-    source = resolve_source(model_name, hf_model, **kw.pop("from_pretrained_kwargs", {}))
+    hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
+    kw.pop("from_pretrained_kwargs", None)
+    source = resolve_source(model_name, hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
     first_n = kw.pop("first_n_layers")
     cfg = build_config(
@@ -91,15 +94,16 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
         n_ctx=kw.pop("n_ctx"),
         n_layers=first_n,
         default_prepend_bos=kw.pop("default_prepend_bos"),
-        dtype=_dtype(kw.pop("dtype")),
+        dtype=to_dtype(kw.pop("dtype")),
         device=kw.pop("device"),
         n_devices=kw.pop("n_devices"),
     )
     protected = frozenset(t.untyped_storage().data_ptr() for t in source.state.values()) if source.shared_with_user else frozenset()
-    state = get_architecture(arch_name).weights(source.state, cfg)
+    state, tracked = convert_checked(get_architecture(arch_name).weights, source.state, cfg, where_in(source.state))
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
     model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw.pop("default_padding_side"))
+    check_converted_shapes({k: v.shape for k, v in model.state_dict().items()}, state, tracked)
     model.load_and_process_state_dict(
         state,
         fold_ln=kw.pop("fold_ln"),
@@ -117,6 +121,4 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
 
 
 def _dtype(dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    return getattr(torch, str(dtype).removeprefix("torch."))
+    return to_dtype(dtype)

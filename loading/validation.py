@@ -1,0 +1,158 @@
+"""Checks every checkpoint passes through on its way into a model, whatever its family.
+
+- `from_pretrained` arguments: unknown names raise `TypeError` with close matches; the
+  HuggingFace loading arguments `hooked` understands are honoured (`torch_dtype`) or
+  refused (`trust_remote_code=True`: no code from a checkpoint is ever run).
+- `dtype` strings are checked against the floating dtypes a model can run in.
+- Conversion runs through `convert_checked`, which records which HF tensor (and file)
+  each converted tensor came from; a converter that fails on a tensor of the wrong
+  shape (a fused `c_attn`, `qkv_proj`, `gate_up_proj` ...) becomes a `WeightShapeError`
+  naming that tensor, its shape and its file.
+- `check_converted_shapes` compares every converted tensor with the shape the model built
+  from the config expects, before any processing, so a checkpoint that disagrees with
+  its config never loads (a `[1]` norm weight would otherwise broadcast).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+from hooked.errors import CheckpointError, HookedError, InputError, UnsafeCheckpointError, WeightShapeError
+
+#: HuggingFace `from_pretrained` keyword arguments that `hooked.from_pretrained` accepts.
+HF_LOADING_ARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code", "torch_dtype")
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+}  # fmt: skip
+
+
+# -- arguments -------------------------------------------------------------------------------
+def check_from_pretrained_kwargs(from_pretrained, kw: dict) -> dict:
+    """Validate `**from_pretrained_kwargs` in `kw` and apply the ones `hooked` honours.
+
+    Returns the HF loading arguments to pass on (hub options); `kw["dtype"]` takes `torch_dtype`.
+    """
+    extra = dict(kw.get("from_pretrained_kwargs") or {})
+    unknown = [k for k in extra if k not in HF_LOADING_ARGS]
+    if unknown:
+        known = [p for p in inspect.signature(from_pretrained).parameters if p not in ("cls", "from_pretrained_kwargs")]
+        close = difflib.get_close_matches(unknown[0], known + list(HF_LOADING_ARGS), n=3, cutoff=0.6)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise TypeError(
+            f"from_pretrained() got an unexpected keyword argument {unknown[0]!r}.{hint} "
+            f"Accepted HuggingFace loading arguments: {', '.join(HF_LOADING_ARGS)}."
+        )
+    if extra.pop("trust_remote_code", False):
+        raise UnsafeCheckpointError(
+            "trust_remote_code=True is refused: hooked converts weights with its own code and never runs Python "
+            "code shipped with a checkpoint. Load a supported architecture (loading.supported_architectures())."
+        )
+    if "torch_dtype" in extra:
+        torch_dtype = to_dtype(extra.pop("torch_dtype"), "torch_dtype")
+        if kw.get("dtype", "float32") not in ("float32", torch.float32) and to_dtype(kw["dtype"]) != torch_dtype:
+            raise InputError(f"dtype={kw['dtype']!r} and torch_dtype={torch_dtype} disagree: pass only dtype=")
+        kw["dtype"] = torch_dtype
+    return extra
+
+
+def to_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    """A floating `torch.dtype` from a dtype or its name ("float32", "torch.bfloat16", "fp16", ...)."""
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise InputError(f"{name}={dtype} is not a floating dtype; use one of float32, float16, bfloat16, float64")
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
+        return DTYPES[dtype.removeprefix("torch.")]
+    close = difflib.get_close_matches(str(dtype).removeprefix("torch."), list(DTYPES), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise InputError(f"{name}={dtype!r} is not a dtype hooked can load into.{hint} Choose one of {', '.join(DTYPES)}.")
+
+
+# -- conversion --------------------------------------------------------------------------------
+class TrackedState(Mapping):
+    """A read-through view of an HF state dict that remembers which key each tensor came from."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor], where: Callable[[str], str]):
+        self.state, self.where = state, where
+        self.origin: dict[int, str] = {}  # storage pointer -> HF key
+        self.last_read: str | None = None
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        tensor = self.state[key]
+        self.last_read = key
+        if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+            self.origin.setdefault(tensor.untyped_storage().data_ptr(), key)
+        return tensor
+
+    def __contains__(self, key) -> bool:
+        return key in self.state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.state)
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+    def describe(self, key: str | None) -> str:
+        if key is None:
+            return "the checkpoint"
+        shape = list(self.state[key].shape) if key in self.state else "?"
+        return f"{key!r} (shape {shape}) in {self.where(key)}"
+
+    def source_of(self, tensor: torch.Tensor) -> str:
+        if tensor.device.type == "meta":
+            return "the checkpoint"
+        key = self.origin.get(tensor.untyped_storage().data_ptr())
+        return "the checkpoint (a derived tensor)" if key is None else self.describe(key)
+
+
+def convert_checked(convert, state: Mapping[str, torch.Tensor], cfg, where: Callable[[str], str]):
+    """`convert(state, cfg)`, with failures on malformed tensors reported as checkpoint errors.
+
+    Returns `(converted_state, tracked)`; `tracked.source_of(t)` names a tensor's origin.
+    """
+    tracked = TrackedState(state, where)
+    try:
+        return convert(tracked, cfg), tracked
+    except HookedError:
+        raise
+    except KeyError as e:
+        raise CheckpointError(
+            f"the checkpoint has no tensor {e.args[0]!r}, which {cfg.original_architecture} needs "
+            f"(last tensor read: {tracked.describe(tracked.last_read)}); the file may be incomplete"
+        ) from e
+    except (RuntimeError, ValueError, IndexError) as e:
+        raise WeightShapeError(
+            f"converting {tracked.describe(tracked.last_read)} failed: {e}. The tensor does not fit the config "
+            f"({_dims(cfg)})"
+        ) from e
+
+
+def check_converted_shapes(expected: Mapping[str, tuple[int, ...]], state: Mapping[str, torch.Tensor], tracked) -> None:
+    """Every converted tensor must have the shape the model built from the config has for it."""
+    for name, tensor in state.items():
+        want = expected.get(name)
+        if want is not None and tuple(tensor.shape) != tuple(want):
+            raise WeightShapeError(
+                f"{name} has shape {list(tensor.shape)}, but the config implies {list(want)}; it comes from "
+                f"{tracked.source_of(tensor)}. The checkpoint's tensors disagree with its config.json."
+            )
+
+
+def _dims(cfg) -> str:
+    fields = ("d_model", "n_heads", "d_head", "n_key_value_heads", "d_mlp", "d_vocab", "n_layers")
+    return ", ".join(f"{f}={getattr(cfg, f)}" for f in fields if getattr(cfg, f, None) is not None)
+
+
+def where_in(state: Mapping[str, torch.Tensor]) -> Callable[[str], str]:
+    """A function naming the file a key is stored in (or the in-memory source)."""
+    file_of = getattr(state, "file_of", None)
+    return (lambda key: str(file_of(key))) if file_of is not None else (lambda key: "hf_model's state dict")
