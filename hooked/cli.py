@@ -1,4 +1,9 @@
-"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K]`."""
+"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--debug]`.
+
+Errors (a missing or corrupt checkpoint, a prompt longer than the context, ...) are
+printed as one line, `hooked: error: <Type>: <message>`, with exit status 1; `--debug`
+shows the full traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,33 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hooked", description="Inspect a language model with hooks.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="top predictions, logit lens, attention and logit attribution for a prompt")
     p.add_argument("prompt")
     p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--device", default=None)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        return _inspect(args)
+    except Exception as e:  # one line for the user; --debug for the traceback
+        if args.debug:
+            raise
+        message = " ".join(str(e).split()) or repr(e)
+        sys.stderr.write(f"hooked: error: {type(e).__name__}: {message}\n")
+        return 1
 
+
+def _inspect(args) -> int:
     from hooked import HookedTransformer
+    from hooked.errors import InputError
     from hooked.inspection import format_report, inspect_prompt
 
+    if args.top_k < 1:
+        raise InputError(f"--top-k must be >= 1, got {args.top_k}")
     model = HookedTransformer.from_pretrained(args.model, device=args.device)
     sys.stdout.write(format_report(inspect_prompt(model, args.prompt, args.top_k)) + "\n")
     return 0

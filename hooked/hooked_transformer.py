@@ -340,6 +340,11 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             check_token_range(tokens, self.cfg.d_vocab, "input" if isinstance(input, torch.Tensor) else "input's tokens")
         batch, n_new = (tokens if tokens is not None else embeds).shape[:2]
         state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache, step=step)
+        if hasattr(self, "pos_embed") and state.n_keys > self.cfg.n_ctx:
+            raise TokenError(
+                f"the input has {state.n_keys} positions (cached + new), more than this model's learned "
+                f"positions n_ctx={self.cfg.n_ctx}: shorten it (text input is truncated with truncate=True)"
+            )
         state.tokens = tokens
         if tokens is not None:
             if self.cfg.use_hook_tokens:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float
 
+from hooked.errors import InputError
+
 
 @dataclass
 class Report:
@@ -83,8 +85,17 @@ def direct_logit_attribution(model, cache, pos: int, target: int, k: int = 8) ->
 
 @torch.inference_mode()
 def inspect_prompt(model, prompt: str, top_k: int = 10) -> Report:
-    """Run `prompt` once with a full cache and assemble the report for its last position."""
-    logits, cache = model.run_with_cache(prompt)
+    """Run `prompt` once with a full cache and assemble the report for its last position.
+
+    A prompt longer than the model's context raises `InputError` (it is never truncated).
+    """
+    tokens = model.to_tokens(prompt, truncate=False)
+    if tokens.shape[1] > model.cfg.n_ctx:
+        raise InputError(
+            f"the prompt is {tokens.shape[1]} tokens, longer than the model's context of {model.cfg.n_ctx}: shorten it"
+        )
+    top_k = min(top_k, model.cfg.d_vocab_out)
+    logits, cache = model.run_with_cache(tokens)
     str_tokens = model.to_str_tokens(prompt)
     probs = logits[0, -1].float().softmax(-1)
     top = probs.topk(top_k)
