@@ -79,12 +79,13 @@ def build_config(hf_config, arch_name: str, model_name: str, **overrides):
 
 def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     """Implementation of `HookedTransformer.from_pretrained` (see its docstring)."""
-    checkpoints = [kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")]
-    if any(c is not None for c in checkpoints):  # never load the final weights when a checkpoint was asked for
-        raise NotImplementedError("Training checkpoints (Pythia step revisions) need the hub; not available offline")
+    from loading.checkpoints import resolve_checkpoint
+
+    checkpoints = {k: kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
     hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
     kw.pop("from_pretrained_kwargs", None)
-    source = resolve_source(model_name, hf_model, **hub_kwargs)
+    where, checkpoint_fields = resolve_checkpoint(model_name, **checkpoints, hf_model=hf_model, **hub_kwargs)
+    source = resolve_source(where, hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
     first_n = kw.pop("first_n_layers")
     cfg = build_config(
@@ -97,6 +98,7 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
         dtype=to_dtype(kw.pop("dtype")),
         device=kw.pop("device"),
         n_devices=kw.pop("n_devices"),
+        **checkpoint_fields,
     )
     protected = frozenset(t.untyped_storage().data_ptr() for t in source.state.values()) if source.shared_with_user else frozenset()
     state, tracked = convert_checked(get_architecture(arch_name).weights, source.state, cfg, where_in(source.state))
