@@ -270,6 +270,18 @@ class HookedRootModule(nn.Module):
             self.check_hooks_to_add(hp, hp.name, hook, dir=dir, is_permanent=is_permanent, prepend=prepend)
             hp.add_hook(hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
+    def _enable_hook(self, name: str | Callable[[str], bool], hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
+        """TransformerLens's internal entry point: add a hook at the current context level."""
+        self.add_hook(name, hook, dir=dir, level=self.context_level)
+
+    def _enable_hook_with_name(self, name: str, hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
+        self.add_hook(name, hook, dir=dir, level=self.context_level)
+
+    def _enable_hooks_for_points(self, hook_points, enabled: Callable[[str], bool], hook, dir) -> None:
+        for name, hook_point in hook_points:
+            if enabled(name):
+                self.add_hook(name, hook, dir=dir, level=self.context_level)
+
     def add_perma_hook(self, name, hook, dir: Literal["fwd", "bwd"] = "fwd") -> None:
         self.add_hook(name, hook, dir=dir, is_permanent=True)
 

@@ -8,7 +8,7 @@ configs and state dicts in TransformerLens format.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 import torch
 import torch.nn as nn
@@ -41,6 +41,20 @@ from hooked.weight_views import WeightViewsMixin
 logger = logging.getLogger(__name__)
 
 _LEGACY_BUFFERS = ("attn.mask", "attn.IGNORE", "attn.rotary_sin", "attn.rotary_cos")
+
+
+# TransformerLens's loss type aliases and dtype names
+SingleLoss = Float[torch.Tensor, ""]
+LossPerToken = Float[torch.Tensor, "batch pos-1"]
+Loss = Union[SingleLoss, LossPerToken]
+DTYPE_FROM_STRING = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 
 
 class Output(NamedTuple):

@@ -21,12 +21,30 @@ class TokenizerMixin:
     def set_tokenizer(self, tokenizer, default_padding_side: str = "right") -> None:
         """Attach a HF tokenizer: fills missing special tokens and sets `d_vocab` if unknown."""
         self.tokenizer = prepare_tokenizer(tokenizer)
-        self.default_padding_side = default_padding_side
+        self.default_padding_side = default_padding_side  # also the tokenizer's padding_side, as in TransformerLens
         self.cfg.tokenizer_prepends_bos = tokenizer_prepends_bos(self.tokenizer)
         if self.cfg.d_vocab == -1:
             self.cfg.d_vocab = max(self.tokenizer.get_vocab().values()) + 1
             if self.cfg.d_vocab_out == -1:
                 self.cfg.d_vocab_out = self.cfg.d_vocab
+
+    @property
+    def default_padding_side(self) -> str:
+        """Padding used when a call does not choose one: the tokenizer's `padding_side`, as in TransformerLens.
+
+        So `model.tokenizer.padding_side = "left"` is honoured; a per-call `padding_side=`
+        still wins and never mutates the tokenizer.
+        """
+        tokenizer = getattr(self, "tokenizer", None)
+        return tokenizer.padding_side if tokenizer is not None else self.__dict__.get("_default_padding_side", "right")
+
+    @default_padding_side.setter
+    def default_padding_side(self, side: str) -> None:
+        if side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}")
+        self.__dict__["_default_padding_side"] = side
+        if getattr(self, "tokenizer", None) is not None:
+            self.tokenizer.padding_side = side
 
     def _need_tokenizer(self):
         if self.tokenizer is None:

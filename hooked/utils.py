@@ -15,14 +15,8 @@ from jaxtyping import Float, Int
 logger = logging.getLogger(__name__)
 
 
-class _UseDefault:
-    """Sentinel: use the model's default for this argument."""
-
-    def __repr__(self) -> str:
-        return "USE_DEFAULT_VALUE"
-
-
-USE_DEFAULT_VALUE = _UseDefault()
+# An argument left at this value uses the model's default (`None`, as in TransformerLens).
+USE_DEFAULT_VALUE = None
 
 _NAME_ALIASES = {
     "attn": "pattern",

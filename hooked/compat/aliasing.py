@@ -1,0 +1,135 @@
+"""`alias_transformer_lens()`: register `transformer_lens.*` module paths in `sys.modules`.
+
+While the alias is active, `importlib.metadata.version("transformer-lens")` answers
+`TL_VERSION` (the TransformerLens API `hooked` provides), unless a real transformer-lens
+is installed, which then keeps answering for itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import sys
+import types
+
+TL_VERSION = "2.18.0"
+
+# transformer_lens module path -> the module that provides its names
+TL_MODULES: dict[str, str] = {
+    "transformer_lens": "hooked.compat.root",
+    "transformer_lens.utils": "hooked.compat.utils",
+    "transformer_lens.hook_points": "hooked.hook_points",
+    "transformer_lens.patching": "hooked.patching",
+    "transformer_lens.head_detector": "hooked.head_detector",
+    "transformer_lens.past_key_value_caching": "hooked.past_key_value_caching",
+    "transformer_lens.loading_from_pretrained": "hooked.loading_from_pretrained",
+    "transformer_lens.ActivationCache": "hooked.activation_cache",
+    "transformer_lens.FactoredMatrix": "hooked.factored_matrix",
+    "transformer_lens.HookedTransformer": "hooked.hooked_transformer",
+    "transformer_lens.HookedTransformerConfig": "hooked.config",
+    "transformer_lens.evals": "hooked.compat.evals",
+    "transformer_lens.pretrained": "hooked.compat.pretrained",
+    "transformer_lens.pretrained.weight_conversions": "hooked.compat.pretrained",
+    "transformer_lens.utilities": "hooked.compat.utilities",
+    "transformer_lens.utilities.activation_functions": "hooked.compat.utilities",
+    "transformer_lens.utilities.addmm": "hooked.compat.utilities",
+    "transformer_lens.utilities.attention": "hooked.compat.utilities",
+    "transformer_lens.utilities.devices": "hooked.compat.utilities",
+    "transformer_lens.factories": "hooked.compat.factories",
+    "transformer_lens.factories.activation_function_factory": "hooked.compat.factories",
+    "transformer_lens.factories.mlp_factory": "hooked.compat.factories",
+    "transformer_lens.components": "hooked.compat.components",
+    **{
+        f"transformer_lens.components.{name}": "hooked.compat.components"
+        for name in (
+            "abstract_attention",
+            "attention",
+            "grouped_query_attention",
+            "embed",
+            "pos_embed",
+            "unembed",
+            "layer_norm",
+            "layer_norm_pre",
+            "rms_norm",
+            "rms_norm_pre",
+            "transformer_block",
+            "mlps",
+            "mlps.can_be_used_as_mlp",
+            "mlps.mlp",
+            "mlps.gated_mlp",
+            "mlps.moe",
+        )
+    },
+}
+
+
+class _Distribution(importlib.metadata.Distribution):
+    """Package metadata of the `transformer-lens` API `hooked` provides."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return f"Metadata-Version: 2.1\nName: transformer-lens\nVersion: {TL_VERSION}\n"
+        return None
+
+    def locate_file(self, path):
+        return path
+
+
+class _MetadataFinder:
+    """A `sys.meta_path` entry that only answers metadata queries for `transformer-lens`."""
+
+    @staticmethod
+    def find_spec(*args, **kwargs):
+        return None
+
+    @staticmethod
+    def find_distributions(context=importlib.metadata.DistributionFinder.Context()):
+        name = (context.name or "").replace("_", "-").lower()
+        if name != "transformer-lens" or _installed_transformer_lens():
+            return iter(())
+        return iter((_Distribution(),))
+
+
+def _installed_transformer_lens() -> bool:
+    others = (f for f in sys.meta_path if f is not _MetadataFinder and hasattr(f, "find_distributions"))
+    context = importlib.metadata.DistributionFinder.Context(name="transformer-lens")
+    return any(next(iter(f.find_distributions(context)), None) is not None for f in others)
+
+
+def alias_transformer_lens(strict: bool = True) -> list[str]:
+    """Register the `transformer_lens` module tree in `sys.modules`; returns the paths registered.
+
+    Submodules are set as attributes of their parents, so `import transformer_lens.utils`
+    and `transformer_lens.components.mlps.mlp.MLP` work. With `strict=False` a module
+    that fails to import is skipped instead of raising.
+    """
+    registered = []
+    for path in sorted(TL_MODULES, key=lambda p: p.count(".")):
+        try:
+            module = importlib.import_module(TL_MODULES[path])
+        except ImportError:
+            if strict:
+                raise
+            continue
+        sys.modules[path] = module
+        registered.append(path)
+        parent, _, leaf = path.rpartition(".")
+        if parent in sys.modules:
+            _set_child(sys.modules[parent], leaf, module, path)
+    if _MetadataFinder not in sys.meta_path:
+        sys.meta_path.append(_MetadataFinder)
+    return registered
+
+
+def _set_child(parent: types.ModuleType, leaf: str, module: types.ModuleType, path: str) -> None:
+    """`parent.leaf = module`, without overwriting a name the parent already defines differently."""
+    if getattr(parent, leaf, module) is module or parent.__name__.startswith("hooked.compat"):
+        setattr(parent, leaf, module)
+
+
+def unalias_transformer_lens() -> None:
+    """Remove every `transformer_lens` entry registered by `alias_transformer_lens()`."""
+    for path in TL_MODULES:
+        sys.modules.pop(path, None)
+    if _MetadataFinder in sys.meta_path:
+        sys.meta_path.remove(_MetadataFinder)

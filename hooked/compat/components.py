@@ -1,0 +1,56 @@
+"""`transformer_lens.components` and its submodules: hooked's components under TransformerLens's names.
+
+Only `CanBeUsedAsMLP` (TransformerLens's MLP base class) is defined here.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+from jaxtyping import Float
+
+import components as _components
+from components import (  # noqa: F401
+    MLP,
+    Attention,
+    Embed,
+    GatedMLP,
+    GroupedQueryAttention,
+    LayerNorm,
+    LayerNormPre,
+    PosEmbed,
+    RMSNorm,
+    RMSNormPre,
+    TransformerBlock,
+    Unembed,
+)
+from hooked.config import HookedTransformerConfig
+from hooked.hook_points import HookPoint
+
+AbstractAttention = Attention
+MoE = getattr(_components, "MoE", None)
+__path__: list[str] = []
+
+
+class CanBeUsedAsMLP(nn.Module):
+    """TransformerLens's base of everything usable as a block's MLP (`cfg`, `d_mlp`, `act_fn`)."""
+
+    def __init__(self, cfg: HookedTransformerConfig | dict):
+        super().__init__()
+        self.cfg = HookedTransformerConfig.unwrap(cfg)
+        if self.cfg.d_mlp is None:
+            raise ValueError("d_mlp must be set to use an MLP")
+        self.d_mlp = self.cfg.d_mlp
+        self.hook_mid, self.ln = None, None
+
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        return x
+
+    def select_activation_function(self) -> None:
+        """Set `act_fn` from `cfg.act_fn`; SoLU-LN also gets `hook_mid` and `ln`."""
+        from hooked.compat.factories import ActivationFunctionFactory
+
+        self.act_fn = ActivationFunctionFactory.pick_activation_function(self.cfg)
+        if self.cfg.is_layer_norm_activation():
+            self.hook_mid = HookPoint()
+            self.ln = LayerNorm(self.cfg, self.d_mlp) if self.cfg.normalization_type == "LN" else LayerNormPre(self.cfg)

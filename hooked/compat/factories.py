@@ -1,0 +1,30 @@
+"""`transformer_lens.factories`: pick an activation function or build an MLP from a config."""
+
+from __future__ import annotations
+
+from components.activations import ACTIVATIONS
+from hooked.config import HookedTransformerConfig
+
+__path__: list[str] = []
+
+
+class ActivationFunctionFactory:
+    @staticmethod
+    def pick_activation_function(cfg: HookedTransformerConfig):
+        if cfg.act_fn is None:
+            raise ValueError("act_fn not set when trying to select Activation Function")
+        if cfg.act_fn not in ACTIVATIONS:
+            raise ValueError(f"Invalid activation function name: {cfg.act_fn}")
+        return ACTIVATIONS[cfg.act_fn]
+
+
+class MLPFactory:
+    @staticmethod
+    def create_mlp(cfg: HookedTransformerConfig):
+        from hooked.compat import components
+
+        if cfg.num_experts:
+            if components.MoE is None:
+                raise NotImplementedError("Mixture-of-experts MLPs are not available in this build")
+            return components.MoE(cfg)
+        return components.GatedMLP(cfg) if cfg.gated_mlp else components.MLP(cfg)

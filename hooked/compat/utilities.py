@@ -1,0 +1,59 @@
+"""`transformer_lens.utilities` and its submodules (activation functions, addmm, attention, devices)."""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+
+from components.attention import project
+from hooked.compat.utils import ACTIVATION_FN_DICT, gelu_fast, gelu_new, gelu_pytorch_tanh, get_device  # noqa: F401
+from components.activations import solu  # noqa: F401
+
+__path__: list[str] = []
+SUPPORTED_ACTIVATIONS = ACTIVATION_FN_DICT
+ActivationFunction = object
+
+
+def simple_attn_linear(
+    input: Float[torch.Tensor, "batch pos d_model"],
+    w: Float[torch.Tensor, "head_index d_model d_head"],
+    b: Float[torch.Tensor, "head_index d_head"],
+) -> Float[torch.Tensor, "batch pos head_index d_head"]:
+    """`input @ w[h] + b[h]` for every head."""
+    return project(input, w.to(input.device), b.to(input.device))
+
+
+def complex_attn_linear(
+    input: Float[torch.Tensor, "batch pos head_index d_model"],
+    w: Float[torch.Tensor, "head_index d_model d_head"],
+    b: Float[torch.Tensor, "head_index d_head"],
+) -> Float[torch.Tensor, "batch pos head_index d_head"]:
+    """Per-head inputs: `input[:, :, h] @ w[h] + b[h]`."""
+    return project(input, w, b)
+
+
+def vanilla_addmm(input, mat1, mat2):
+    return torch.addmm(input, mat1, mat2)
+
+
+def batch_addmm(bias, weight, x):
+    """`x @ weight + bias` over any leading axes (HF's Conv1D arithmetic)."""
+    return torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[-1])
+
+
+def get_device_for_block_index(index: int, cfg, device=None) -> torch.device:
+    """The device of block `index` when `cfg.n_layers` blocks are split contiguously over `cfg.n_devices`."""
+    device = torch.device(device if device is not None else cfg.device)
+    if device.type == "cpu":
+        return device
+    layers_per_device = -(-cfg.n_layers // cfg.n_devices)
+    return torch.device(device.type, (device.index or 0) + index // layers_per_device)
+
+
+def get_best_available_device(cfg) -> torch.device:
+    device = torch.device(cfg.device)
+    return device if device.type != "cuda" else torch.device("cuda", 0)
+
+
+def move_to_and_update_config(model, device_or_dtype, print_details: bool = True):
+    return model.to(device_or_dtype, print_details=print_details)

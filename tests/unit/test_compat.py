@@ -1,0 +1,133 @@
+"""`alias_transformer_lens()`: TransformerLens 2.x module paths and names resolve to hooked, with TL semantics."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hooked import HookedTransformer, HookedTransformerConfig
+from hooked.compat import TL_MODULES, alias_transformer_lens, tl_state_dict
+
+alias_transformer_lens()
+import transformer_lens  # noqa: E402
+import transformer_lens.utils as tl_utils  # noqa: E402
+
+
+def tiny(**overrides) -> HookedTransformer:
+    cfg = dict(n_layers=2, d_model=32, d_head=8, n_ctx=16, d_vocab=40, act_fn="gelu_new", seed=0, device="cpu")
+    cfg.update(overrides)
+    return HookedTransformer(HookedTransformerConfig(**cfg))
+
+
+@pytest.mark.parametrize("path", sorted(TL_MODULES))
+def test_every_module_path_imports_and_is_reachable_by_attribute(path):
+    module = importlib.import_module(path)
+    obj = transformer_lens
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    assert obj is module
+
+
+def test_names_course_code_and_sae_lens_import():
+    from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer as TLHookedTransformer  # noqa: F401
+    from transformer_lens.components.mlps.can_be_used_as_mlp import CanBeUsedAsMLP
+    from transformer_lens.HookedTransformer import Loss, LossPerToken, Output, SingleLoss  # noqa: F401
+    from transformer_lens.loading_from_pretrained import OFFICIAL_MODEL_NAMES  # noqa: F401
+
+    import transformer_lens.components as c
+
+    assert TLHookedTransformer is HookedTransformer and c.MLP.__name__ == "MLP"
+    assert tl_utils.USE_DEFAULT_VALUE is None
+    with pytest.raises(ValueError):
+        CanBeUsedAsMLP(HookedTransformerConfig(n_layers=1, d_model=8, d_head=4, n_ctx=4, d_vocab=5, attn_only=True))
+
+
+def test_version_metadata_answers_for_the_alias():
+    version = importlib.metadata.version("transformer-lens")
+    assert version.startswith("2.") and version == transformer_lens.__version__
+
+
+def test_activation_functions_match_their_definitions():
+    x = torch.linspace(-4, 4, 101)
+    torch.testing.assert_close(tl_utils.gelu_new(x), F.gelu(x, approximate="tanh"), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(tl_utils.gelu_fast(x), F.gelu(x, approximate="tanh"), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(tl_utils.solu(x[None]), x[None] * x[None].softmax(-1))
+
+
+def test_tensor_helpers():
+    t = torch.arange(64.0).reshape(4, 4, 4)
+    assert tl_utils.get_corner(t, 2).shape == (2, 2, 2)
+    torch.testing.assert_close(tl_utils.transpose(t), t.transpose(-1, -2))
+    assert tl_utils.calc_fan_in_and_fan_out(torch.empty(3, 5, 7)) == (5, 21)
+    w = tl_utils.init_xavier_normal_(torch.empty(400, 600))
+    assert abs(w.std().item() - (2 / 1000) ** 0.5) < 2e-3
+    logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 0.0]])
+    assert tl_utils.sample_logits(logits, temperature=0.0).tolist() == [1, 0]
+    assert tl_utils.sample_logits(logits, top_k=1).tolist() == [1, 0]
+
+
+def test_composition_scores_match_the_model():
+    model = tiny()
+    OV, QK = model.OV, model.QK
+    score = tl_utils.composition_scores(OV[0, 1], QK[1, 2])
+    torch.testing.assert_close(score, model.all_composition_scores("Q")[0, 1, 1, 2])
+
+
+def test_tl_assertion_errors_stay_assertion_errors():
+    with pytest.raises(AssertionError):
+        tl_utils.sample_logits(torch.zeros(1, 3), top_k=0)
+    with pytest.raises(AssertionError):
+        HookedTransformerConfig(n_layers=1, d_model=10, d_head=3, n_ctx=4, d_vocab=5, act_fn="relu")
+
+
+def test_tokens_with_bos_removed(tokenizer):
+    bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
+    tokens = torch.tensor([[bos, 7, 8], [bos, 9, pad]])
+    torch.testing.assert_close(tl_utils.get_tokens_with_bos_removed(tokenizer, tokens), tokens[:, 1:])
+
+
+def test_tokenize_and_concatenate(tokenizer):
+    from datasets import Dataset
+
+    from tests.helpers import CORPUS
+
+    data = tl_utils.tokenize_and_concatenate(Dataset.from_dict({"text": CORPUS, "id": list(range(5))}), tokenizer,
+                                             max_length=8, num_proc=1)
+    tokens = data["tokens"]
+    assert tokens.shape[1] == 8 and (tokens[:, 0] == tokenizer.bos_token_id).all()
+    stream = tokenizer(tokenizer.eos_token.join(CORPUS), add_special_tokens=False)["input_ids"]
+    assert tokens[:, 1:].reshape(-1).tolist() == stream[: tokens.shape[0] * 7]
+
+
+def test_enable_hook_adds_at_the_current_context_level():
+    model = tiny()
+    seen = []
+    with model.hooks():
+        model._enable_hook("blocks.0.hook_resid_pre", lambda x, hook: seen.append(hook.name), "fwd")
+        model(torch.tensor([[1, 2, 3]]))
+    model(torch.tensor([[1, 2, 3]]))
+    assert seen == ["blocks.0.hook_resid_pre"]
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(positional_embedding_type="rotary", rotary_dim=4)])
+def test_tl_state_dict_has_transformer_lens_buffers_and_loads_back(overrides):
+    model = tiny(**overrides)
+    state = tl_state_dict(model)
+    n_ctx = model.cfg.n_ctx
+    torch.testing.assert_close(state["blocks.1.attn.mask"], torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril())
+    assert state["blocks.0.attn.IGNORE"].item() == float("-inf")
+    if overrides:  # TL's rotation with its tables equals hooked's rotated queries
+        tokens = torch.tensor([[1, 2, 3, 4, 5]])
+        _, cache = model.run_with_cache(tokens)
+        q = cache["q", 0][..., :4]
+        sin, cos = state["blocks.0.attn.rotary_sin"][:5, None], state["blocks.0.attn.rotary_cos"][:5, None]
+        rotated = q * cos + torch.cat([-q[..., 2:], q[..., :2]], dim=-1) * sin
+        torch.testing.assert_close(rotated, cache["rot_q", 0][..., :4], atol=1e-5, rtol=1e-5)
+    other = tiny(seed=1, **overrides)
+    other.load_state_dict(state, strict=True)
+    tokens = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(other(tokens), model(tokens))
