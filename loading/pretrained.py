@@ -37,13 +37,14 @@ def resolve_source(model_name: str, hf_model=None, **hf_kwargs) -> Source:
     if hf_model is not None:
         path = Path(model_name)
         return Source(hf_model.config, hf_model.state_dict(), path if path.is_dir() and has_tokenizer(path) else None, True)
-    directory = _local_directory(model_name)
+    directory = _local_directory(model_name, **hf_kwargs)
     files = safetensors_files(directory)
     return Source(load_hf_config(directory), SafetensorsStateDict(files), directory if has_tokenizer(directory) else None, False)
 
 
-def _local_directory(model_name: str) -> Path:
+def _local_directory(model_name: str, **hf_kwargs) -> Path:
     from loading import bundled, gguf
+    from loading.model_names import get_official_model_name, hub_checkpoint_dir
 
     key = bundled.resolve_bundled_name(model_name)
     if key is not None:
@@ -53,10 +54,7 @@ def _local_directory(model_name: str) -> Path:
         return bundled.gguf_checkpoint_dir(gguf.find_gguf_file(path))
     if path.is_dir():
         return path
-    raise FileNotFoundError(
-        f"{model_name!r} is not a local checkpoint directory, a .gguf file, or a bundled model "
-        f"({', '.join(bundled.BUNDLED_MODELS)}). Without network access, pass a local path or hf_model=."
-    )
+    return hub_checkpoint_dir(get_official_model_name(model_name), **hf_kwargs)  # a TL name or a hub repo id
 
 
 def hf_architecture(hf_config, hf_model=None) -> str:

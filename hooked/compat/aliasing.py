@@ -122,8 +122,11 @@ def alias_transformer_lens(strict: bool = True) -> list[str]:
 
 
 def _set_child(parent: types.ModuleType, leaf: str, module: types.ModuleType, path: str) -> None:
-    """`parent.leaf = module`, without overwriting a name the parent already defines differently."""
-    if getattr(parent, leaf, module) is module or parent.__name__.startswith("hooked.compat"):
+    """`parent.leaf = module`, unless the parent defines that name otherwise.
+
+    As in TransformerLens, `transformer_lens.HookedTransformer` stays the class, not its module.
+    """
+    if not hasattr(parent, leaf) or isinstance(getattr(parent, leaf), types.ModuleType):
         setattr(parent, leaf, module)
 
 

@@ -190,7 +190,7 @@ def sample_logits(
     temperature: float = 1.0,
     freq_penalty: float = 0.0,
     tokens: Int[torch.Tensor, "batch pos"] | None = None,
-) -> Int[torch.Tensor, "batch"]:
+) -> Int[torch.Tensor, "batch"]:  # noqa: F405
     """One sampled token per row (temperature 0 is greedy), as TransformerLens samples."""
     from hooked.sampling import sample_next_token
 

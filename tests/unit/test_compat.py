@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.metadata
 
@@ -29,7 +30,8 @@ def test_every_module_path_imports_and_is_reachable_by_attribute(path):
     obj = transformer_lens
     for part in path.split(".")[1:]:
         obj = getattr(obj, part)
-    assert obj is module
+    # as in TransformerLens, a class shadows its module of the same name (transformer_lens.HookedTransformer)
+    assert obj is module or obj is getattr(module, path.rsplit(".", 1)[-1])
 
 
 def test_names_course_code_and_sae_lens_import():
@@ -84,20 +86,26 @@ def test_tl_assertion_errors_stay_assertion_errors():
         HookedTransformerConfig(n_layers=1, d_model=10, d_head=3, n_ctx=4, d_vocab=5, act_fn="relu")
 
 
-def test_tokens_with_bos_removed(tokenizer):
+def test_tokens_with_bos_removed(bos_tokenizer):
+    tokenizer = copy.deepcopy(bos_tokenizer)
     bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
     tokens = torch.tensor([[bos, 7, 8], [bos, 9, pad]])
     torch.testing.assert_close(tl_utils.get_tokens_with_bos_removed(tokenizer, tokens), tokens[:, 1:])
+    tokenizer.padding_side = "left"
+    tokens = torch.tensor([[pad, bos, 7, 8], [bos, 9, 8, 6]])
+    expected = torch.tensor([[pad, 7, 8], [9, 8, 6]])
+    torch.testing.assert_close(tl_utils.get_tokens_with_bos_removed(tokenizer, tokens), expected)
 
 
-def test_tokenize_and_concatenate(tokenizer):
+def test_tokenize_and_concatenate(bos_tokenizer):
+    tokenizer = bos_tokenizer
     from datasets import Dataset
 
     from tests.helpers import CORPUS
 
     data = tl_utils.tokenize_and_concatenate(Dataset.from_dict({"text": CORPUS, "id": list(range(5))}), tokenizer,
-                                             max_length=8, num_proc=1)
-    tokens = data["tokens"]
+                                             max_length=8, streaming=True)
+    tokens = data[:]["tokens"]
     assert tokens.shape[1] == 8 and (tokens[:, 0] == tokenizer.bos_token_id).all()
     stream = tokenizer(tokenizer.eos_token.join(CORPUS), add_special_tokens=False)["input_ids"]
     assert tokens[:, 1:].reshape(-1).tolist() == stream[: tokens.shape[0] * 7]
