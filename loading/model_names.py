@@ -56,7 +56,7 @@ def hub_checkpoint_dir(repo_id: str, revision: str | None = None, cache_dir=None
     touches the network.
     """
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     cache_dir = cache_dir or os.environ.get("HF_HUB_CACHE") or None
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
@@ -65,10 +65,11 @@ def hub_checkpoint_dir(repo_id: str, revision: str | None = None, cache_dir=None
             repo_id, revision=revision, cache_dir=cache_dir, token=token, allow_patterns=_CHECKPOINT_FILES,
             local_files_only=offline,
         )
-    except (LocalEntryNotFoundError, OSError) as err:
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as err:
         where = "in the local HF cache (HF_HUB_OFFLINE is set)" if offline else "on the hub or in the local HF cache"
         raise FileNotFoundError(
-            f"{repo_id!r}{'' if revision is None else f' at revision {revision!r}'} was not found {where}: "
-            "pass a local checkpoint directory, a .gguf file, a bundled model name, or hf_model=."
+            f"{repo_id!r} is not a local checkpoint directory, a .gguf file or a bundled model, and as a hub repo id"
+            f"{'' if revision is None else f' at revision {revision!r}'} it was not found {where}. "
+            "Pass a local path, a hub id in the cache, or hf_model=."
         ) from err
     return Path(path)
