@@ -17,7 +17,14 @@ from jaxtyping import Float, Int
 from components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
 from components.forward_state import ForwardState
 from components.qk_norm import apply_qk_norm, make_qk_norm
-from components.rotary import apply_rotary, layer_rotary_parameters, rotary_cos_sin, rotary_inv_freq
+from components.rotary import (
+    apply_rotary,
+    layer_rotary_parameters,
+    length_dependent,
+    rotary_attention_factor,
+    rotary_cos_sin,
+    rotary_inv_freq,
+)
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -65,13 +72,15 @@ class Attention(nn.Module):
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
         self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
-        self.rotary = cfg.positional_embedding_type == "rotary"
+        # NoPE layers (SmolLM3, Cohere2) rotate nothing: no rotary, no hook_rot_q/hook_rot_k
+        self.rotary = cfg.positional_embedding_type == "rotary" and layer not in (cfg.nope_layers or ())
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)
             inv_freq = rotary_inv_freq(cfg.rotary_dim, base, scaling)
             # layers with the same frequencies share one cos/sin table per forward
             self._rotary_key = ("rotary", cfg.rotary_dim, base, repr(scaling), cfg.rotary_adjacent_pairs)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
+            self._rope = (base, scaling, rotary_attention_factor(scaling), length_dependent(scaling))
             self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
             self.hook_rot_k = HookPoint()  # [batch, pos, kv_head, d_head]
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
@@ -147,7 +156,12 @@ class Attention(nn.Module):
         return self._output(z)
 
     def _cos_sin(self, state: ForwardState, dtype):
-        return rotary_cos_sin(state.positions, self.inv_freq, self.cfg.rotary_adjacent_pairs, dtype)
+        base, scaling, attention_factor, by_length = self._rope
+        inv_freq = self.inv_freq
+        if by_length:  # dynamic NTK / LongRoPE: frequencies from this call's total length, as HF
+            seq_len = int(state.positions.max()) + 1
+            inv_freq = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, seq_len).to(inv_freq.device)
+        return rotary_cos_sin(state.positions, inv_freq, self.cfg.rotary_adjacent_pairs, dtype, attention_factor)
 
     def _use_sdpa(self) -> bool:
         return (

@@ -2,7 +2,9 @@
 
 Two pairings exist: NeoX's half split (dimension i pairs with i + rotary_dim/2) and
 GPT-J's adjacent pairs (2i with 2i+1). Only the first `rotary_dim` dimensions rotate.
-HuggingFace's `rope_scaling` variants reshape the frequencies once, at construction.
+HuggingFace's `rope_scaling` variants reshape the frequencies: `linear`, `llama3` and
+`yarn` once, at construction; `dynamic` (NTK) and `longrope` per call, from the total
+sequence length. YaRN and LongRoPE also scale cos and sin by an attention factor.
 """
 
 from __future__ import annotations
@@ -25,17 +27,108 @@ def layer_rotary_parameters(cfg, is_local: bool) -> tuple[float, dict | None]:
     return cfg.rotary_base, cfg.rotary_scaling
 
 
-def rotary_inv_freq(rotary_dim: int, base: float, scaling: dict | None = None) -> Float[torch.Tensor, "half"]:
-    """Inverse frequencies `base^(-2i/rotary_dim)`, adjusted by an HF `rope_scaling` dict."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind in ("default", None):
+def rope_kind(scaling: dict | None) -> str:
+    """The HF `rope_type` of a scaling dict (`default` for None)."""
+    return (scaling or {}).get("rope_type", (scaling or {}).get("type", "default")) or "default"
+
+
+def rotary_inv_freq(
+    rotary_dim: int, base: float, scaling: dict | None = None, seq_len: int | None = None
+) -> Float[torch.Tensor, "half"]:
+    """Inverse frequencies `base^(-2i/rotary_dim)`, adjusted by an HF `rope_scaling` dict.
+
+    `dynamic` and `longrope` depend on the total sequence length `seq_len` of the call
+    (`max(position) + 1`; None = a short sequence): see `length_dependent`.
+    """
+    kind = rope_kind(scaling)
+    if kind == "dynamic":
+        base = _dynamic_ntk_base(rotary_dim, base, scaling, seq_len)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim  # [half]
+    inv_freq = 1.0 / (base**exponents)
+    if kind in ("default", "dynamic"):
         return inv_freq
     if kind == "linear":
         return inv_freq / scaling["factor"]
     if kind == "llama3":
         return _llama3_inv_freq(inv_freq, scaling)
-    raise NotImplementedError(f"rope_scaling type {kind!r} is not supported (supported: linear, llama3)")
+    if kind == "yarn":
+        return _yarn_inv_freq(rotary_dim, base, scaling)
+    if kind == "longrope":
+        use_long = seq_len is not None and seq_len > scaling["original_max_position_embeddings"]
+        factors = torch.tensor(scaling["long_factor" if use_long else "short_factor"], dtype=torch.float32)
+        return 1.0 / (factors * base**exponents)
+    raise NotImplementedError(
+        f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope)"
+    )
+
+
+def length_dependent(scaling: dict | None) -> bool:
+    """Whether the frequencies change with the total sequence length (`dynamic`, `longrope`)."""
+    return rope_kind(scaling) in ("dynamic", "longrope")
+
+
+def longrope_switches(cfg, n_cached: int, total: int) -> bool:
+    """Whether decoding to `total` positions crosses LongRoPE's switch from short to long factors.
+
+    The cached keys were rotated with the short factors; HF's Phi-3 `generate` then
+    drops its cache and recomputes the whole sequence once, and so does hooked's.
+    """
+    scaling = cfg.rotary_scaling
+    if cfg.positional_embedding_type != "rotary" or rope_kind(scaling) != "longrope":
+        return False
+    original = scaling["original_max_position_embeddings"]
+    return n_cached <= original < total
+
+
+def rotary_attention_factor(scaling: dict | None) -> float:
+    """The factor HF multiplies cos and sin by: YaRN's and LongRoPE's `attention_factor` (else 1)."""
+    kind, s = rope_kind(scaling), scaling or {}
+    if kind not in ("yarn", "longrope"):
+        return 1.0
+    if s.get("attention_factor") is not None:
+        return float(s["attention_factor"])
+    factor = s["factor"]
+    if kind == "longrope":
+        orig = s["original_max_position_embeddings"]
+        return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    mscale, mscale_all_dim = s.get("mscale"), s.get("mscale_all_dim")
+    if mscale and mscale_all_dim:
+        return float(_yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim))
+    return _yarn_mscale(factor)
+
+
+def _dynamic_ntk_base(rotary_dim: int, base: float, s: dict, seq_len: int | None) -> torch.Tensor | float:
+    """Dynamic NTK: raise the base once the sequence outgrows `max_position_embeddings` (HF's float32 arithmetic)."""
+    max_pos = s["max_position_embeddings"]
+    if seq_len is None or seq_len <= max_pos:
+        return base
+    factor = s["factor"]
+    seq = torch.tensor(seq_len)  # int64, as HF's `max(position_ids) + 1`
+    return base * ((factor * seq / max_pos) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _yarn_inv_freq(dim: int, base: float, s: dict) -> torch.Tensor:
+    """YaRN: interpolate low frequencies by `factor`, keep high ones, ramp linearly between."""
+    factor, orig = s["factor"], s["original_max_position_embeddings"]
+    beta_fast, beta_slow = s.get("beta_fast") or 32, s.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(orig / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as HF: avoid a zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # [half]
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation = 1 - ramp
+    return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
@@ -52,15 +145,22 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
 
 
 def rotary_cos_sin(
-    positions: Int[torch.Tensor, "batch pos"], inv_freq: Float[torch.Tensor, "half"], adjacent: bool, dtype
+    positions: Int[torch.Tensor, "batch pos"],
+    inv_freq: Float[torch.Tensor, "half"],
+    adjacent: bool,
+    dtype,
+    attention_factor: float = 1.0,
 ) -> tuple[Float[torch.Tensor, "batch pos 1 rot"], Float[torch.Tensor, "batch pos 1 rot"]]:
-    """cos and sin tables for the given positions, laid out to match the pairing."""
+    """cos and sin tables for the given positions, laid out to match the pairing (times YaRN/LongRoPE's factor)."""
     angles = positions[..., None].float() * inv_freq  # [batch, pos, rot/2]
     if adjacent:
         angles = angles.repeat_interleave(2, dim=-1)  # [batch, pos, rot]: (θ0, θ0, θ1, θ1, ...)
     else:
         angles = torch.cat([angles, angles], dim=-1)  # [batch, pos, rot]: (θ0..θn, θ0..θn)
-    return angles.cos().to(dtype)[:, :, None], angles.sin().to(dtype)[:, :, None]
+    cos, sin = angles.cos(), angles.sin()
+    if attention_factor != 1.0:
+        cos, sin = cos * attention_factor, sin * attention_factor
+    return cos.to(dtype)[:, :, None], sin.to(dtype)[:, :, None]
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -41,6 +41,7 @@ class HookedTransformerConfig:
     rotary_base: float = 10000.0
     rotary_base_local: float | None = None
     rotary_adjacent_pairs: bool = False
+    nope_layers: list[int] | None = None
     rotary_scaling: dict | None = None
     rotary_scaling_local: dict | None = None
     n_key_value_heads: int | None = None

@@ -34,6 +34,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from tqdm.auto import tqdm
 
+from components.rotary import longrope_switches
 from hooked.activation_cache import ActivationCache
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache
 from hooked.sampling import (token_counts, apply_repetition_penalty, apply_freq_penalty, top_k_filter, top_p_filter, sample_next_token, _check_sampling)  # noqa: F401  (re-exported)
@@ -268,6 +269,10 @@ def _forward_step(model, progress: _Progress, step: int, kv_cache) -> Float[torc
     is appended by the cache). Without it: the whole sequence so far, every step.
     """
     prompt = progress.prompt
+    if kv_cache is not None and step > 0 and longrope_switches(model.cfg, kv_cache.n_cached, progress.length):
+        kv_cache = _restart(kv_cache)  # LongRoPE's long factors from here on: recompute every key, as HF
+        fed = progress.sequences() if prompt.embeds is None else torch.cat([prompt.embeds, model.embed(progress.new_tokens)], 1)
+        return model(fed, attention_mask=progress.mask[:, : progress.length], past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
     if kv_cache is not None and step > 0:
         newest = progress.tokens[:, progress.length - 1 : progress.length]  # [batch, 1]
         return model(newest, past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
@@ -277,6 +282,14 @@ def _forward_step(model, progress: _Progress, step: int, kv_cache) -> Float[torc
     if prompt.embeds is not None:  # embeddings of the prompt, then of the generated tokens
         fed = torch.cat([prompt.embeds, model.embed(progress.new_tokens)], dim=1)  # [batch, length, d_model]
     return model(fed, attention_mask=progress.mask[:, : progress.length], step=step, logits_to_keep=1)[:, -1]
+
+
+def _restart(kv_cache):
+    """Empty the cache in place (its buffers are kept)."""
+    for entry in kv_cache.entries:
+        entry.length = 0
+    kv_cache.previous_attention_mask = kv_cache.previous_attention_mask[:, :0]
+    return kv_cache
 
 
 def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, opts: _Options):

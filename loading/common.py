@@ -81,7 +81,26 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | Non
     scaling["rope_type"] = kind
     if kind == "llama3":
         scaling.setdefault("original_max_position_embeddings", hf.max_position_embeddings)
-    return float(theta), scaling
+    return float(theta), complete_length_scaling(hf, scaling)
+
+
+def complete_length_scaling(hf, scaling: dict) -> dict:
+    """Fill what HF derives from the model config for `yarn`, `longrope` and `dynamic`, so the dict is self-contained.
+
+    YaRN/LongRoPE: `original_max_position_embeddings` (a top-level attribute wins, as Phi-3
+    stores it) and a missing `factor` = `max_position_embeddings / original`. Dynamic NTK:
+    `max_position_embeddings`, the length beyond which the base grows.
+    """
+    kind = scaling["rope_type"]
+    if kind in ("yarn", "longrope"):
+        original = getattr(hf, "original_max_position_embeddings", None)
+        original = original or scaling.get("original_max_position_embeddings") or hf.max_position_embeddings
+        scaling["original_max_position_embeddings"] = original
+        if scaling.get("factor") is None:
+            scaling["factor"] = hf.max_position_embeddings / original
+    if kind == "dynamic":
+        scaling["max_position_embeddings"] = hf.max_position_embeddings
+    return scaling
 
 
 def is_per_layer_type(params: Mapping | None) -> bool:

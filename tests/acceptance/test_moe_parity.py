@@ -14,10 +14,10 @@ import copy
 import pytest
 import torch
 
+from tests.acceptance.tiny_models import max_abs, tiny_hf, tokens
 from tests.helpers import NO_PROCESSING, hf_block_outputs, hooked_from
 
 ATOL = 1e-5
-VOCAB = 96
 MOE = dict(num_experts=4, num_experts_per_tok=2)
 
 # name -> (HF class prefix, config overrides)
@@ -36,39 +36,7 @@ CONFIGS = {
 
 
 def tiny_moe(prefix: str, seed: int = 0, **overrides):
-    """A random 2-layer HF MoE model (eager attention) with weights redrawn as in the LLaMA parity tests."""
-    import transformers
-
-    kwargs = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        num_attention_heads=4,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    kwargs.update(copy.deepcopy(overrides))
-    torch.manual_seed(seed)
-    config = getattr(transformers, prefix + "Config")(**kwargs, attn_implementation="eager")
-    hf = getattr(transformers, prefix + "ForCausalLM")(config).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("q_proj.weight", "k_proj.weight", "gate.weight")) else 0.1)
-    return hf
-
-
-def tokens(batch=2, pos=12, seed=0):
-    return torch.randint(0, VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
-
-
-def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
+    return tiny_hf(prefix, seed, **overrides)
 
 
 @pytest.fixture(params=list(CONFIGS), scope="module")
@@ -129,7 +97,7 @@ def test_greedy_20_tokens_match_hf(pair):
     hf, model = pair
     t = tokens(1, 6, seed=3)
     with torch.no_grad():
-        ref = hf.generate(t, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ref = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=20, do_sample=False, eos_token_id=None)
     ours = model.generate(t, max_new_tokens=20, do_sample=False, stop_at_eos=False, verbose=False)
     assert torch.equal(ours, ref)
 

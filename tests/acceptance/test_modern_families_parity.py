@@ -1,0 +1,179 @@
+"""Modern families and rope scalings against HuggingFace eager attention, float32 (SPEC §12 bounds).
+
+Each case is a tiny random HF model with its special feature switched on, run on a
+sequence long enough for that feature to matter:
+
+- Llama with `yarn` (positions past `original_max_position_embeddings`) and with
+  `dynamic` NTK (a sequence longer than `max_position_embeddings`, so the base grows);
+- Phi-3 (fused qkv/gate_up, partial rotary, sliding window) with `longrope` on a
+  sequence shorter than `original_max_position_embeddings` (short factors) and on one
+  longer (long factors);
+- SmolLM3 with NoPE layers.
+
+HF's dynamic rope is stateful (it keeps the frequencies of the longest sequence seen
+until a sequence shorter than the original length resets them); hooked's depend only
+on the current call, which equals a fresh HF model and every growing generation.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.acceptance.tiny_models import max_abs, tiny_hf, tokens
+from tests.helpers import hf_block_outputs, hooked_from
+
+ATOL = 1e-5
+
+LONGROPE = dict(
+    rope_type="longrope",
+    rope_theta=1e4,
+    partial_rotary_factor=0.5,
+    short_factor=[1.0, 1.3, 2.0, 3.0],
+    long_factor=[2.0, 3.0, 5.0, 9.0],
+)
+PHI3 = dict(num_attention_heads=2, num_key_value_heads=1, original_max_position_embeddings=16, rope_parameters=LONGROPE)
+
+# name -> (HF class prefix, config overrides, sequence length)
+CASES = {
+    "llama_yarn": (
+        "Llama",
+        dict(num_key_value_heads=2, rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)),
+        40,
+    ),
+    "llama_yarn_mscale": (
+        "Llama",
+        dict(
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            rope_parameters=dict(
+                rope_type="yarn",
+                factor=4.0,
+                original_max_position_embeddings=16,
+                mscale=1.0,
+                mscale_all_dim=0.5,
+                beta_fast=16,
+                beta_slow=2,
+            ),
+        ),
+        40,
+    ),
+    "llama_dynamic_beyond_max": (
+        "Llama",
+        dict(num_key_value_heads=2, max_position_embeddings=32, rope_parameters=dict(rope_type="dynamic", factor=2.0)),
+        48,
+    ),
+    "phi3_longrope_short": ("Phi3", dict(PHI3, sliding_window=6), 12),
+    "phi3_longrope_long": ("Phi3", PHI3, 40),
+    "smollm3_nope": ("SmolLM3", dict(num_key_value_heads=2, num_hidden_layers=4, no_rope_layer_interval=2), 16),
+}
+# Without a rope scaling (or with every layer rotating), these cases compute something else.
+UNSCALED = {
+    "llama_yarn": dict(rope_parameters=dict(rope_type="default")),
+    "llama_yarn_mscale": dict(rope_parameters=dict(rope_type="default")),
+    "llama_dynamic_beyond_max": dict(rope_parameters=dict(rope_type="default")),
+    "phi3_longrope_short": dict(rope_parameters=dict(rope_type="default", partial_rotary_factor=0.5)),
+    "phi3_longrope_long": dict(rope_parameters=dict(rope_type="default", partial_rotary_factor=0.5)),
+    "smollm3_nope": dict(no_rope_layers=[1, 1, 1, 1]),
+}
+# Cached decoding equals the full forward unless the frequencies change with the length mid-sequence.
+CACHE_EXACT = ["llama_yarn", "llama_yarn_mscale", "phi3_longrope_short", "smollm3_nope"]
+
+
+def build(name: str, seed: int | None = None, **extra):
+    prefix, overrides, _ = CASES[name]
+    return tiny_hf(prefix, seed=len(name) if seed is None else seed, **dict(overrides, **extra))
+
+
+@pytest.fixture(params=list(CASES), scope="module")
+def case(request):
+    hf = build(request.param)
+    return request.param, hf, hooked_from(hf)
+
+
+def test_logits_and_every_resid_post_match_hf(case):
+    name, hf, model = case
+    t = tokens(2, CASES[name][2])
+    ref = hf_block_outputs(hf, hf.model.layers, t)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(t, names_filter=lambda n: n.endswith("hook_resid_post"))
+        assert max_abs(logits, hf(t).logits) <= ATOL
+    for layer, hidden in enumerate(ref):
+        assert max_abs(cache["resid_post", layer], hidden) <= ATOL, f"layer {layer}"
+
+
+def test_the_special_feature_changes_the_output(case):
+    """Guard against vacuous parity: the same weights without the feature give other logits."""
+    name, _, model = case
+    plain = hooked_from(build(name, **UNSCALED[name]))
+    t = tokens(2, CASES[name][2])
+    with torch.no_grad():
+        assert max_abs(model(t), plain(t)) > 1e-3
+
+
+def test_processed_matches_hf(case):
+    from hooked import HookedTransformer
+
+    name, hf, unprocessed = case
+    model = HookedTransformer.from_pretrained("processed", hf_model=hf)
+    t = tokens(2, CASES[name][2])
+    with torch.no_grad():
+        ours = model(t).log_softmax(-1)
+        assert max_abs(ours, hf(t).logits.log_softmax(-1)) <= ATOL
+        assert max_abs(ours, unprocessed(t).log_softmax(-1)) <= ATOL
+
+
+@pytest.mark.parametrize("name", CACHE_EXACT)
+def test_kv_cached_decoding_equals_full_forward(name):
+    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+
+    model = hooked_from(build(name))
+    n = CASES[name][2]
+    t = tokens(2, n)
+    splits = [n // 2, 1, n - n // 2 - 1]
+    with torch.no_grad():
+        full = model(t)
+        cache, start = HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, 2), 0
+        for size in splits:
+            assert max_abs(model(t[:, start : start + size], past_kv_cache=cache), full[:, start : start + size]) <= ATOL
+            start += size
+
+
+def test_greedy_20_tokens_match_hf(case):
+    """Generation crosses the length thresholds (dynamic: 32, longrope: 16) while decoding."""
+    name, hf, model = case
+    t = tokens(1, 14, seed=3)
+    with torch.no_grad():
+        ref = hf.generate(t, attention_mask=torch.ones_like(t), max_new_tokens=20, do_sample=False, eos_token_id=None)
+    ours = model.generate(t, max_new_tokens=20, do_sample=False, stop_at_eos=False, verbose=False)
+    assert torch.equal(ours, ref)
+
+
+def test_longrope_switches_factors_on_total_length():
+    """One model: a 16-token sequence uses the short factors, a 17-token one the long ones (HF's rule)."""
+    from components.rotary import rotary_inv_freq
+
+    model = hooked_from(build("phi3_longrope_long"))
+    cfg = model.cfg
+    short = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base, cfg.rotary_scaling, seq_len=16)
+    long = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base, cfg.rotary_scaling, seq_len=17)
+    exponents = torch.arange(0, 8, 2).float() / 8
+    assert torch.equal(short, 1.0 / (torch.tensor(LONGROPE["short_factor"]) * 1e4**exponents))
+    assert torch.equal(long, 1.0 / (torch.tensor(LONGROPE["long_factor"]) * 1e4**exponents))
+
+
+def test_nope_layers_have_no_rotary_hooks():
+    model = hooked_from(build("smollm3_nope"))
+    assert model.cfg.nope_layers == [1, 3]
+    rotary_hooks = {name for name in model.hook_dict if name.endswith("hook_rot_q")}
+    assert rotary_hooks == {"blocks.0.attn.hook_rot_q", "blocks.2.attn.hook_rot_q"}
+
+
+def test_phi3_fused_projections_split_as_views():
+    hf = build("phi3_longrope_short")
+    model = hooked_from(hf)
+    a, d_head = hf.model.layers[0].self_attn.qkv_proj.weight, model.cfg.d_head
+    assert torch.equal(model.blocks[0].attn.W_Q[1], a[d_head : 2 * d_head].T)
+    assert torch.equal(model.blocks[0].attn._W_K[0], a[2 * d_head : 3 * d_head].T)
+    gate_up = hf.model.layers[0].mlp.gate_up_proj.weight
+    assert torch.equal(model.blocks[0].mlp.W_gate, gate_up[: model.cfg.d_mlp].T)
