@@ -148,6 +148,7 @@ def test_unsupported_rope_scaling_fails_before_any_forward():
 
     from hooked import HookedTransformer
 
-    hf = LlamaConfig(**SMALL, rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4))
-    with pytest.raises(NotImplementedError, match="yarn"):
-        HookedTransformer(convert_llama_config(hf))
+    fields = convert_llama_config(LlamaConfig(**SMALL))
+    fields["rotary_scaling"] = dict(rope_type="proportional", factor=4.0)  # an HF kind hooked does not implement
+    with pytest.raises(NotImplementedError, match="proportional"):
+        HookedTransformer(fields)
