@@ -41,6 +41,7 @@ def rotary_inv_freq(
     (`max(position) + 1`; None = a short sequence): see `length_dependent`.
     """
     kind = rope_kind(scaling)
+    _require_fields(kind, scaling)
     if kind == "dynamic":
         base = _dynamic_ntk_base(rotary_dim, base, scaling, seq_len)
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim  # [half]
@@ -60,6 +61,24 @@ def rotary_inv_freq(
     raise NotImplementedError(
         f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope)"
     )
+
+
+_REQUIRED = {
+    "linear": ("factor",),
+    "llama3": ("factor",),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "dynamic": ("factor", "max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+}
+
+
+def _require_fields(kind: str, scaling: dict | None) -> None:
+    missing = [k for k in _REQUIRED.get(kind, ()) if (scaling or {}).get(k) is None]
+    if missing:
+        raise ValueError(
+            f"rotary_scaling of type {kind!r} needs {missing}; converters fill them from the HF config "
+            "(loading.common.hf_rope_parameters), a hand-written config must set them"
+        )
 
 
 def length_dependent(scaling: dict | None) -> bool:

@@ -124,5 +124,10 @@ def test_llama3_covers_all_three_frequency_bands():
 
 
 def test_unsupported_rope_type_raises():
-    with pytest.raises(NotImplementedError, match="yarn"):
+    with pytest.raises(NotImplementedError, match="proportional"):
+        rotary_inv_freq(8, 10000.0, {"rope_type": "proportional", "factor": 4.0})
+
+
+def test_scaling_dict_missing_a_field_names_it():
+    with pytest.raises(ValueError, match="original_max_position_embeddings"):
         rotary_inv_freq(8, 10000.0, {"rope_type": "yarn", "factor": 4.0})
