@@ -84,25 +84,34 @@ class TransformerBlock(nn.Module):
                 self.hook_k_input(_per_head(resid, kv_heads)),  # [batch, pos, kv_head, d_model]
                 self.hook_v_input(_per_head(resid, kv_heads)),  # [batch, pos, kv_head, d_model]
             ]
-            normed = self.ln1(torch.cat(streams, dim=2))  # [batch, pos, head + 2 kv_head, d_model]
+            normed = self._norm_attn_in(torch.cat(streams, dim=2))  # [batch, pos, head + 2 kv_head, d_model]
             q_in, k_in, v_in = normed.split([cfg.n_heads, kv_heads, kv_heads], dim=2)
         elif cfg.use_attn_in:
-            q_in = k_in = v_in = self.ln1(self.hook_attn_in(_per_head(resid, cfg.n_heads)))
+            q_in = k_in = v_in = self._norm_attn_in(self.hook_attn_in(_per_head(resid, cfg.n_heads)))
         else:
-            q_in = k_in = v_in = self.ln1(resid)
+            q_in = k_in = v_in = self._norm_attn_in(resid)
         if shortformer_pos_embed is not None:
             pos = shortformer_pos_embed if q_in.ndim == 3 else shortformer_pos_embed[:, :, None]
             q_in, k_in = q_in + pos, k_in + pos
-        out = self.attn(q_in, k_in, v_in, state)
-        return self.ln1_post(out) if self.cfg.use_normalization_before_and_after else out
+        return self._norm_attn_out(self.attn(q_in, k_in, v_in, state))
 
     def _mlp(self, mlp_in: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self.cfg.use_hook_mlp_in:
             mlp_in = self.hook_mlp_in(mlp_in.clone())
-        out = self.mlp(self.ln2(mlp_in))
-        if self.cfg.use_normalization_before_and_after:
-            out = self.ln2_post(out)
-        return self.hook_mlp_out(out)
+        return self.hook_mlp_out(self._norm_mlp_out(self.mlp(self._norm_mlp_in(mlp_in))))
+
+    # Where the norms sit; `PostNormBlock` (OLMo-2/3) moves ln1/ln2 to the sublayer outputs.
+    def _norm_attn_in(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln1(x)
+
+    def _norm_attn_out(self, out: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
+        return self.ln1_post(out) if self.cfg.use_normalization_before_and_after else out
+
+    def _norm_mlp_in(self, x: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
+        return self.ln2(x)
+
+    def _norm_mlp_out(self, out: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
+        return self.ln2_post(out) if self.cfg.use_normalization_before_and_after else out
 
 
 def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torch.Tensor, "batch pos head d_model"]:

@@ -67,6 +67,7 @@ class HookedTransformerConfig:
     norm_gain_in_fp32: bool = False
     qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False
+    post_sublayer_norm: bool = False
     post_embedding_ln: bool = False
     embed_scale: float | None = None
     clip_qkv: float | None = None

@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components import Embed, PosEmbed, TransformerBlock, Unembed
+from components import Embed, PosEmbed, Unembed
+from components.post_norm_block import block_class
 from components.forward_state import ForwardState
 from components.norms import make_norm
 from hooked import generation as _generation
@@ -90,7 +91,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         if cfg.positional_embedding_type in ("standard", "shortformer"):
             self.pos_embed = PosEmbed(cfg)
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
-        self.blocks = nn.ModuleList([TransformerBlock(cfg, layer) for layer in range(cfg.n_layers)])
+        self.blocks = nn.ModuleList([block_class(cfg)(cfg, layer) for layer in range(cfg.n_layers)])
         if cfg.normalization_type is not None:
             self.ln_final = make_norm(cfg, final_norm_kind(cfg))
         self.unembed = Unembed(cfg)

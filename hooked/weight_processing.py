@@ -402,7 +402,7 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "it was already applied (recorded in cfg.weight_processing)", W
     if cfg.positional_embedding_type == "shortformer" and step in STEPS[:3]:
         return "shortformer adds positions after ln1, so the norms cannot be folded or relied on", W
-    if cfg.original_architecture in POST_NORM_ARCHITECTURES and step in STEPS[:2]:
+    if (cfg.post_sublayer_norm or cfg.original_architecture in POST_NORM_ARCHITECTURES) and step in STEPS[:2]:
         return "post-norm models normalize after each sublayer: no reader follows a pre-norm", W
     if step == "center_unembed" and cfg.output_logits_soft_cap > 0:
         return "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", W

@@ -40,7 +40,7 @@ from loading.common import (
     bias_or_zeros,
     heads_in,
     heads_out,
-    hf_rope_parameters,
+    per_layer_type_rope,
     strip_prefix,
     unembed_weights,
 )
@@ -52,7 +52,6 @@ from loading.registry import register_architecture
 def llama_shaped_config(hf: Any, architecture: str) -> dict:
     """The `HookedTransformerConfig` fields common to every LLaMA-shaped family."""
     d_head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-    rotary_base, rotary_scaling = hf_rope_parameters(hf)
     return dict(
         d_model=hf.hidden_size,
         d_head=d_head,
@@ -64,13 +63,12 @@ def llama_shaped_config(hf: Any, architecture: str) -> dict:
         d_vocab=hf.vocab_size,
         act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
         gated_mlp=True,
-        eps=hf.rms_norm_eps,
+        eps=getattr(hf, "rms_norm_eps", 1e-5),  # OLMo-1 has no norm eps (its LayerNorm uses 1e-5)
         normalization_type="RMS",
         positional_embedding_type="rotary",
         rotary_dim=d_head,
         rotary_adjacent_pairs=False,
-        rotary_base=rotary_base,
-        rotary_scaling=rotary_scaling,
+        **per_layer_type_rope(hf),  # rotary_base/rotary_scaling (+ the local ones if given per layer type)
         original_architecture=architecture,
     )
 
@@ -131,11 +129,13 @@ def convert_llama_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str
     sd = {"embed.W_E": hf["embed_tokens.weight"]}  # [d_vocab, d_model]
     for layer in range(cfg.n_layers):
         p, b = f"layers.{layer}.", f"blocks.{layer}."
-        sd[b + "ln1.w"] = hf[p + "input_layernorm.weight"]
+        if cfg.normalization_type == "RMS":  # parameter-free norms (OLMo-1's LayerNorm) have no weights
+            sd[b + "ln1.w"] = hf[p + "input_layernorm.weight"]
+            sd[b + "ln2.w"] = hf[p + "post_attention_layernorm.weight"]
         sd.update({b + k: v for k, v in attention_weights(hf, p + "self_attn.", cfg).items()})
-        sd[b + "ln2.w"] = hf[p + "post_attention_layernorm.weight"]
         sd.update({b + k: v for k, v in gated_mlp_weights(hf, p + "mlp.", cfg).items()})
-    sd["ln_final.w"] = hf["norm.weight"]
+    if cfg.normalization_type == "RMS":
+        sd["ln_final.w"] = hf["norm.weight"]
     sd.update(unembed_weights(hf.get("lm_head.weight"), sd["embed.W_E"]))
     return sd
 

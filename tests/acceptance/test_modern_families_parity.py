@@ -8,7 +8,10 @@ sequence long enough for that feature to matter:
 - Phi-3 (fused qkv/gate_up, partial rotary, sliding window) with `longrope` on a
   sequence shorter than `original_max_position_embeddings` (short factors) and on one
   longer (long factors);
-- SmolLM3 with NoPE layers.
+- SmolLM3 with NoPE layers;
+- OLMo-1 (parameter-free LayerNorm, `clip_qkv` that clips), OLMo-2 (post-sublayer
+  RMSNorms, qk-norm over the full projection), OLMo-3 (as OLMo-2, plus sliding layers
+  and per-layer-type rope with YaRN on the full-attention layers).
 
 HF's dynamic rope is stateful (it keeps the frequencies of the longest sequence seen
 until a sequence shorter than the original length resets them); hooked's depend only
@@ -66,6 +69,21 @@ CASES = {
     "phi3_longrope_short": ("Phi3", dict(PHI3, sliding_window=6), 12),
     "phi3_longrope_long": ("Phi3", PHI3, 40),
     "smollm3_nope": ("SmolLM3", dict(num_key_value_heads=2, num_hidden_layers=4, no_rope_layer_interval=2), 16),
+    "olmo_clip_qkv": ("Olmo", dict(num_key_value_heads=2, clip_qkv=0.5), 16),
+    "olmo2_post_norm_full_qk_norm": ("Olmo2", dict(num_key_value_heads=2), 16),
+    "olmo3_sliding_per_type_rope": (
+        "Olmo3",
+        dict(
+            num_key_value_heads=2,
+            num_hidden_layers=4,
+            sliding_window=4,
+            rope_parameters=dict(
+                sliding_attention=dict(rope_type="default", rope_theta=1e4),
+                full_attention=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8, rope_theta=5e5),
+            ),
+        ),
+        24,
+    ),
 }
 # Without a rope scaling (or with every layer rotating), these cases compute something else.
 UNSCALED = {
@@ -75,9 +93,11 @@ UNSCALED = {
     "phi3_longrope_short": dict(rope_parameters=dict(rope_type="default", partial_rotary_factor=0.5)),
     "phi3_longrope_long": dict(rope_parameters=dict(rope_type="default", partial_rotary_factor=0.5)),
     "smollm3_nope": dict(no_rope_layers=[1, 1, 1, 1]),
+    "olmo_clip_qkv": dict(clip_qkv=None),
+    "olmo3_sliding_per_type_rope": dict(sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=5e5)),
 }
 # Cached decoding equals the full forward unless the frequencies change with the length mid-sequence.
-CACHE_EXACT = ["llama_yarn", "llama_yarn_mscale", "phi3_longrope_short", "smollm3_nope"]
+CACHE_EXACT = [name for name in CASES if name not in ("llama_dynamic_beyond_max", "phi3_longrope_long")]
 
 
 def build(name: str, seed: int | None = None, **extra):
@@ -102,9 +122,10 @@ def test_logits_and_every_resid_post_match_hf(case):
         assert max_abs(cache["resid_post", layer], hidden) <= ATOL, f"layer {layer}"
 
 
-def test_the_special_feature_changes_the_output(case):
+@pytest.mark.parametrize("name", list(UNSCALED))
+def test_the_special_feature_changes_the_output(name):
     """Guard against vacuous parity: the same weights without the feature give other logits."""
-    name, _, model = case
+    model = hooked_from(build(name))
     plain = hooked_from(build(name, **UNSCALED[name]))
     t = tokens(2, CASES[name][2])
     with torch.no_grad():
@@ -177,3 +198,23 @@ def test_phi3_fused_projections_split_as_views():
     assert torch.equal(model.blocks[0].attn._W_K[0], a[2 * d_head : 3 * d_head].T)
     gate_up = hf.model.layers[0].mlp.gate_up_proj.weight
     assert torch.equal(model.blocks[0].mlp.W_gate, gate_up[: model.cfg.d_mlp].T)
+
+
+def test_olmo2_norms_follow_the_sublayers_and_are_not_folded():
+    from hooked import HookedTransformer
+
+    hf = build("olmo2_post_norm_full_qk_norm")
+    model = HookedTransformer.from_pretrained("olmo2", hf_model=hf)  # default processing: fold_ln is skipped
+    assert "fold_ln" not in model.cfg.weight_processing and "blocks.0.ln1.w" in model.state_dict()
+    order = []
+    hooks = [(name, lambda x, hook: order.append(hook.name)) for name in ("blocks.0.attn.hook_z", "blocks.0.ln1.hook_normalized")]
+    t = tokens(2, 8)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(t, names_filter=lambda n: n.startswith("blocks.0."))
+        model.run_with_hooks(t, fwd_hooks=hooks)
+    assert order == ["blocks.0.attn.hook_z", "blocks.0.ln1.hook_normalized"]
+    H, dh = model.cfg.n_heads, model.cfg.d_head
+    assert cache["blocks.0.attn.q_norm.hook_normalized"].shape == (2, 8, H * dh)
+    assert cache["blocks.0.attn.q_norm.hook_scale"].shape == (2, 8, 1)
+    attn_out = cache["blocks.0.hook_attn_out"]
+    assert max_abs(attn_out, cache["blocks.0.ln1.hook_normalized"] * model.blocks[0].ln1.w) <= ATOL
