@@ -425,10 +425,11 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
     def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
         device = self.embed.W_E.device
+        if past_kv_cache is not None:
+            check_kv_cache(past_kv_cache, self.cfg, batch)
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0
         mask = None if attention_mask is None else mask_dtype_check(attention_mask).to(device).long()
         if past_kv_cache is not None:
-            check_kv_cache(past_kv_cache, self.cfg, batch)
             new = torch.ones(batch, n_new, dtype=torch.long, device=device) if mask is None else mask[:, -n_new:]
             mask = past_kv_cache.append_attention_mask(new)
         if mask is not None and mask.shape != (batch, n_cached + n_new):

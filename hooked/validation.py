@@ -23,6 +23,8 @@ def check_text(input: str | list, name: str = "input") -> list[str]:
     """A str or a non-empty list of str, as a list."""
     if isinstance(input, str):
         return [input]
+    if not isinstance(input, (list, tuple)):
+        raise InputTypeError(f"{name} must be a str or a list of str, got {type(input).__name__} ({input!r})")
     if len(input) == 0:
         raise InputError(f"{name} is an empty list of prompts: pass at least one string")
     bad = [i for i, s in enumerate(input) if not isinstance(s, str)]
