@@ -83,11 +83,11 @@ class TrackedState(Mapping):
     def __init__(self, state: Mapping[str, torch.Tensor], where: Callable[[str], str]):
         self.state, self.where = state, where
         self.origin: dict[int, str] = {}  # storage pointer -> HF key
-        self.last_read: str | None = None
+        self.recent: list[str] = []  # the last few keys read, oldest first
 
     def __getitem__(self, key: str) -> torch.Tensor:
         tensor = self.state[key]
-        self.last_read = key
+        self.recent = [k for k in self.recent if k != key][-2:] + [key]
         if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
             self.origin.setdefault(tensor.untyped_storage().data_ptr(), key)
         return tensor
@@ -100,6 +100,10 @@ class TrackedState(Mapping):
 
     def __len__(self) -> int:
         return len(self.state)
+
+    def describe_recent(self) -> str:
+        """The tensors read last (the converter failed on one of them)."""
+        return ", ".join(self.describe(k) for k in reversed(self.recent)) or "the checkpoint"
 
     def describe(self, key: str | None) -> str:
         if key is None:
@@ -127,12 +131,12 @@ def convert_checked(convert, state: Mapping[str, torch.Tensor], cfg, where: Call
     except KeyError as e:
         raise CheckpointError(
             f"the checkpoint has no tensor {e.args[0]!r}, which {cfg.original_architecture} needs "
-            f"(last tensor read: {tracked.describe(tracked.last_read)}); the file may be incomplete"
+            f"(last tensors read: {tracked.describe_recent()}); the file may be incomplete"
         ) from e
     except (RuntimeError, ValueError, IndexError) as e:
         raise WeightShapeError(
-            f"converting {tracked.describe(tracked.last_read)} failed: {e}. The tensor does not fit the config "
-            f"({_dims(cfg)})"
+            f"converting the tensors last read, {tracked.describe_recent()}, failed: {e}. One of them does not fit "
+            f"the config ({_dims(cfg)})"
         ) from e
 
 
