@@ -70,6 +70,8 @@ class HookedTransformerConfig:
     post_sublayer_norm: bool = False
     post_embedding_ln: bool = False
     embed_scale: float | None = None
+    residual_scale: float | None = None
+    logit_scale: float | None = None
     clip_qkv: float | None = None
     use_attn_result: bool = False
     use_split_qkv_input: bool = False

@@ -11,7 +11,10 @@ sequence long enough for that feature to matter:
 - SmolLM3 with NoPE layers;
 - OLMo-1 (parameter-free LayerNorm, `clip_qkv` that clips), OLMo-2 (post-sublayer
   RMSNorms, qk-norm over the full projection), OLMo-3 (as OLMo-2, plus sliding layers
-  and per-layer-type rope with YaRN on the full-attention layers).
+  and per-layer-type rope with YaRN on the full-attention layers);
+- Granite with every multiplier != 1 (tied embeddings, untied by the folds), Cohere
+  (parallel block, bias-free LayerNorm, adjacent-pair rotary, per-head qk LayerNorm,
+  `logit_scale` != 1).
 
 HF's dynamic rope is stateful (it keeps the frequencies of the longest sequence seen
 until a sequence shorter than the original length resets them); hooked's depend only
@@ -84,6 +87,20 @@ CASES = {
         ),
         24,
     ),
+    "granite_multipliers": (
+        "Granite",
+        dict(
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            attention_multiplier=0.3,
+            residual_multiplier=0.5,
+            logits_scaling=4.0,
+        ),
+        16,
+    ),
+    "cohere_qk_norm_logit_scale": ("Cohere", dict(num_key_value_heads=2, use_qk_norm=True, logit_scale=0.5), 16),
+    "cohere_tied_logit_scale": ("Cohere", dict(num_key_value_heads=2, logit_scale=2.0), 16),
 }
 # Without a rope scaling (or with every layer rotating), these cases compute something else.
 UNSCALED = {
@@ -95,6 +112,10 @@ UNSCALED = {
     "smollm3_nope": dict(no_rope_layers=[1, 1, 1, 1]),
     "olmo_clip_qkv": dict(clip_qkv=None),
     "olmo3_sliding_per_type_rope": dict(sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=5e5)),
+    "granite_multipliers": dict(
+        embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0, logits_scaling=1.0
+    ),
+    "cohere_qk_norm_logit_scale": dict(use_qk_norm=False, logit_scale=1.0),
 }
 # Cached decoding equals the full forward unless the frequencies change with the length mid-sequence.
 CACHE_EXACT = [name for name in CASES if name not in ("llama_dynamic_beyond_max", "phi3_longrope_long")]
@@ -218,3 +239,15 @@ def test_olmo2_norms_follow_the_sublayers_and_are_not_folded():
     assert cache["blocks.0.attn.q_norm.hook_scale"].shape == (2, 8, 1)
     attn_out = cache["blocks.0.hook_attn_out"]
     assert max_abs(attn_out, cache["blocks.0.ln1.hook_normalized"] * model.blocks[0].ln1.w) <= ATOL
+
+
+def test_granite_and_cohere_fold_their_multipliers_into_weights():
+    granite = hooked_from(build("granite_multipliers"))
+    hf = build("granite_multipliers")
+    assert torch.equal(granite.embed.W_E, hf.model.embed_tokens.weight * 3.0)
+    assert not granite.embeddings_tied()  # W_E x 3 and W_U / 4 separate the tied matrix
+    assert max_abs(granite.unembed.W_U, hf.model.embed_tokens.weight.T / 4.0) <= 1e-7
+    assert granite.cfg.attn_scale == pytest.approx(1 / 0.3)
+    cohere, hf = hooked_from(build("cohere_tied_logit_scale")), build("cohere_tied_logit_scale")
+    assert torch.equal(cohere.unembed.W_U, hf.lm_head.weight.T * 2.0)
+    assert cohere.cfg.parallel_attn_mlp and cohere.cfg.rotary_adjacent_pairs
