@@ -12,6 +12,7 @@ difference of chosen tokens (`logit_attrs`, direct logit attribution).
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Literal
 
 import torch
@@ -21,8 +22,31 @@ from jaxtyping import Float, Int
 from components.norms import LayerNormPre
 from hooked.errors import MissingHooksError
 from hooked.utils import Slice, SliceInput
+from hooked.weight_processing import POST_NORM_ARCHITECTURES
 
 logger = logging.getLogger(__name__)
+
+
+class PostNormDecompositionWarning(UserWarning):
+    """A per-head or per-neuron decomposition of a model whose sublayer outputs are normalized again."""
+
+
+def warn_if_post_sublayer_norms(cfg, what: str) -> None:
+    """Warn that head/neuron results do not add up to `attn_out`/`mlp_out` behind a post-sublayer norm.
+
+    With `ln1_post`/`ln2_post` (Gemma 2/3) or OLMo-2's post-norms, a layer writes
+    `norm(sum of heads + b_O)` to the residual stream, not the sum itself: the norm
+    divides by a statistic of the whole sum (and multiplies by its gain), so no split
+    into per-head or per-neuron terms sums to what was written.
+    """
+    if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:
+        warnings.warn(
+            f"{what}: this model normalizes each sublayer's output again before adding it to the residual stream "
+            "(post-sublayer norms), so per-head and per-neuron results are taken before that norm and do not sum "
+            "to hook_attn_out / hook_mlp_out. decompose_resid (whole sublayers) still sums exactly.",
+            PostNormDecompositionWarning,
+            stacklevel=3,
+        )
 
 Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
 Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_outs"] | None
@@ -145,7 +169,8 @@ class CacheAnalysisMixin:
 
         Components are `embed`, `pos_embed`, then `{l}_attn_out` and `{l}_mlp_out` for each
         earlier layer (`mode` keeps only one kind), plus `{layer}_attn_out` with `mlp_input`.
-        Without post-sublayer norms they sum to the residual stream.
+        They sum to the residual stream, also with post-sublayer norms (Gemma 2/3): the
+        `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -181,8 +206,11 @@ class CacheAnalysisMixin:
         """Cache each head's write to the residual stream, `blocks.{l}.attn.hook_result`.
 
         A head's result is `z[..., h, :] @ W_O[h]` (without `b_O`), so a layer's
-        `attn_out` is the sum of its heads' results plus `b_O`.
+        `attn_out` is the sum of its heads' results plus `b_O`, except behind a
+        post-sublayer norm (Gemma 2/3 `ln1_post`), where `attn_out` is the norm of that
+        sum; a `PostNormDecompositionWarning` says so.
         """
+        warn_if_post_sublayer_norms(self.model.cfg, "compute_head_results")
         missing = [l for l in range(self.model.cfg.n_layers) if f"blocks.{l}.attn.hook_result" not in self.cache_dict]
         if not missing:
             logger.warning("compute_head_results: head results are already cached")
@@ -204,8 +232,11 @@ class CacheAnalysisMixin:
         """Every head's result in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
 
         `incl_remainder` appends `remainder` = `resid_post[layer-1]` minus the heads, so
-        the stack sums to the residual stream.
+        the stack sums to the residual stream. Behind post-sublayer norms (Gemma 2/3) the
+        heads' results are taken before `ln1_post` and are not their share of `attn_out`;
+        a `PostNormDecompositionWarning` says so.
         """
+        warn_if_post_sublayer_norms(self.model.cfg, "stack_head_results")
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_heads = self.model.cfg.n_heads
@@ -244,7 +275,10 @@ class CacheAnalysisMixin:
 
         With `project_output_onto` (`[d_model]` or `[d_model, k]`) the projection is
         applied to `W_out` first, so the `[..., neuron, d_model]` tensor is never built.
+        Behind a post-sublayer norm (Gemma 2/3 `ln2_post`) this is the write before that
+        norm, not a share of `mlp_out` (`PostNormDecompositionWarning`).
         """
+        warn_if_post_sublayer_norms(self.model.cfg, "get_neuron_results")
         neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice.unwrap(pos_slice)
         self._check_dense_mlp()
         acts = pos_slice.apply(self["post", layer], dim=-2)  # [*bp, d_mlp]
@@ -284,7 +318,10 @@ class CacheAnalysisMixin:
         `incl_remainder` appends `remainder` (the residual stream read at `layer` minus the
         neurons). `project_output_onto` is contracted with `W_out` before the per-neuron
         expansion, also under `apply_ln` (normalizing by a cached scale is linear).
+        Behind post-sublayer norms (Gemma 2/3) the neurons' writes are taken before
+        `ln2_post` (`PostNormDecompositionWarning`); `remainder` still closes the sum.
         """
+        warn_if_post_sublayer_norms(self.model.cfg, "stack_neuron_results")
         layer = self._final_layer(layer)
         self._check_dense_mlp()
         pos_slice, neuron_slice = Slice.unwrap(pos_slice), Slice.unwrap(neuron_slice)
@@ -422,7 +459,9 @@ class CacheAnalysisMixin:
         """The residual stream entering `layer` as heads, neurons (or MLP layers), embeddings and biases.
 
         Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), `embed`, `pos_embed`,
-        `bias`. Without post-sublayer norms the components sum to the residual stream.
+        `bias`. Without post-sublayer norms the components sum to the residual stream;
+        with them (Gemma 2/3, OLMo-2) they do not, and a `PostNormDecompositionWarning`
+        says so: use `decompose_resid` for an exact per-sublayer split there.
         `project_output_onto` is applied per component (before neuron expansion).
         """
         layer = self._final_layer(layer)
