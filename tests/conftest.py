@@ -84,3 +84,37 @@ def smollm2_batch(smollm2):
     rows = [smollm2.to_tokens(t, prepend_bos=True, truncate=False)[0, :128] for t in TEXTS]
     assert all(len(r) == 128 for r in rows), [len(r) for r in rows]
     return torch.stack(rows)
+
+
+# -- the second bundled real model (Gemma-3-270M base): converted once per machine, loaded once per session --
+# Its vocabulary is 262,144: logits of one 64-token row are 67 MB in float32, so batches stay small.
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir():
+    from loading.bundled import bundled_checkpoint_dir
+
+    return bundled_checkpoint_dir("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma3_hf(gemma3_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(gemma3_dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_dir):
+    """Unprocessed hooked Gemma-3-270M (float32)."""
+    from hooked import HookedTransformer
+
+    return HookedTransformer.from_pretrained_no_processing("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma3_processed(gemma3_dir):
+    """Hooked Gemma-3-270M with TransformerLens's default weight processing."""
+    from hooked import HookedTransformer
+
+    return HookedTransformer.from_pretrained("gemma-3-270m")
