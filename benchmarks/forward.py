@@ -1,12 +1,13 @@
 """Forward-pass speed of hooked vs HuggingFace, measured side by side in one run.
 
 Rows: a randomly initialised GPT-2-small-sized model (124M parameters), a random
-Mixtral-shaped mixture of experts (8 experts, top-2, d_model 512, 4 layers) and, when the
+Mixtral-shaped mixture of experts (8 experts, top-2, d_model 512, 4 layers), a random
+Pythia-160m-sized GPT-NeoX (parallel block, partial rotary, fused QKV) and, when the
 bundled model is installed, SmolLM2-135M. Batch 4 x 128 tokens, float32, CPU, no grad.
 Each repeat times every variant once, interleaved, and the script prints medians and
 ratios to HF's forward (HF with its default SDPA attention).
 
-    python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2] [--only-mixtral]
+    python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2] [--only-mixtral] [--only-pythia]
 """
 
 from __future__ import annotations
@@ -82,6 +83,27 @@ def mixtral_shaped():
     return hf, model
 
 
+def pythia_160m():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from hooked import HookedTransformer
+
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(  # EleutherAI/pythia-160m's shape
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        vocab_size=50304,
+        max_position_embeddings=2048,
+        use_parallel_residual=True,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+    )
+    hf = GPTNeoXForCausalLM(config).eval()  # HF's default (SDPA) attention
+    model = HookedTransformer.from_pretrained_no_processing("pythia-160m-random", hf_model=hf)
+    return hf, model
+
+
 def smollm2():
     from transformers import AutoModelForCausalLM
 
@@ -98,9 +120,13 @@ def main() -> None:
     parser = machine_parser(__doc__.splitlines()[0], repeats=7)
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--only-mixtral", action="store_true", help="only the mixture-of-experts row")
+    parser.add_argument("--only-pythia", action="store_true", help="only the Pythia-160m-sized row")
     args = parser.parse_args()
     apply_machine_options(args)
     tokens = torch.randint(0, 49152, (4, 128), generator=torch.Generator().manual_seed(0))
+    if args.only_pythia:
+        bench("Pythia-160m-sized GPT-NeoX (random init)", *pythia_160m(), tokens, args.repeats)
+        return
     if not args.only_mixtral:
         hf, model = gpt2_small()
         bench("GPT-2 small (random init, 124M)", hf, model, tokens, args.repeats)
@@ -110,6 +136,9 @@ def main() -> None:
     del hf, model
     if args.only_mixtral:
         return
+    hf, model = pythia_160m()
+    bench("Pythia-160m-sized GPT-NeoX (random init)", hf, model, tokens, args.repeats)
+    del hf, model
     if not args.skip_smollm2:
         try:
             hf, model = smollm2()

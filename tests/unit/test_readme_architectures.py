@@ -1,0 +1,30 @@
+"""The README's supported-architecture table lists exactly the registered HF classes, each with its converter module."""
+
+import re
+from pathlib import Path
+
+import loading
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECTION = "## Supported architectures"
+
+
+def table_rows() -> list[list[str]]:
+    text = README.read_text()
+    assert SECTION in text, f"README.md lost its {SECTION!r} section"
+    section = text[text.index(SECTION) :].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines() if line.startswith("| `")]
+    return rows
+
+
+def test_table_lists_every_registered_architecture_and_nothing_else():
+    classes = [re.fullmatch(r"`(\w+)`", row[0]).group(1) for row in table_rows()]
+    assert len(classes) == len(set(classes)), "a class is listed twice"
+    assert set(classes) == set(loading.supported_architectures())
+
+
+def test_each_row_names_the_module_that_registers_the_class():
+    for row in table_rows():
+        cls, module = row[0].strip("`"), row[2].strip("`").removesuffix(".py")
+        converter = loading.ARCHITECTURES[cls].config
+        assert converter.__module__ == f"loading.{module}", f"{cls} is converted in {converter.__module__}"
