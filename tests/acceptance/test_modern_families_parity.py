@@ -14,7 +14,9 @@ sequence long enough for that feature to matter:
   and per-layer-type rope with YaRN on the full-attention layers);
 - Granite with every multiplier != 1 (tied embeddings, untied by the folds), Cohere
   (parallel block, bias-free LayerNorm, adjacent-pair rotary, per-head qk LayerNorm,
-  `logit_scale` != 1).
+  `logit_scale` != 1);
+- Falcon: new-architecture GQA (grouped fused QKV) with two norms and with one, the
+  multi-query variant, and a sequential multi-head one.
 
 HF's dynamic rope is stateful (it keeps the frequencies of the longest sequence seen
 until a sequence shorter than the original length resets them); hooked's depend only
@@ -101,6 +103,10 @@ CASES = {
     ),
     "cohere_qk_norm_logit_scale": ("Cohere", dict(num_key_value_heads=2, use_qk_norm=True, logit_scale=0.5), 16),
     "cohere_tied_logit_scale": ("Cohere", dict(num_key_value_heads=2, logit_scale=2.0), 16),
+    "falcon_new_arch_gqa_two_ln": ("Falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True), 16),
+    "falcon_new_arch_one_ln": ("Falcon", dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1), 16),
+    "falcon_multi_query": ("Falcon", dict(multi_query=True, parallel_attn=True, bias=True), 16),
+    "falcon_mha_sequential": ("Falcon", dict(multi_query=False, parallel_attn=False, bias=True), 16),
 }
 # Without a rope scaling (or with every layer rotating), these cases compute something else.
 UNSCALED = {
@@ -135,7 +141,7 @@ def case(request):
 def test_logits_and_every_resid_post_match_hf(case):
     name, hf, model = case
     t = tokens(2, CASES[name][2])
-    ref = hf_block_outputs(hf, hf.model.layers, t)
+    ref = hf_block_outputs(hf, hf.model.layers if hasattr(hf, "model") else hf.transformer.h, t)
     with torch.no_grad():
         logits, cache = model.run_with_cache(t, names_filter=lambda n: n.endswith("hook_resid_post"))
         assert max_abs(logits, hf(t).logits) <= ATOL
@@ -251,3 +257,9 @@ def test_granite_and_cohere_fold_their_multipliers_into_weights():
     cohere, hf = hooked_from(build("cohere_tied_logit_scale")), build("cohere_tied_logit_scale")
     assert torch.equal(cohere.unembed.W_U, hf.lm_head.weight.T * 2.0)
     assert cohere.cfg.parallel_attn_mlp and cohere.cfg.rotary_adjacent_pairs
+
+
+def test_falcon_alibi_is_refused_with_a_clear_error():
+    hf = tiny_hf("Falcon", alibi=True)
+    with pytest.raises(NotImplementedError, match="alibi"):
+        hooked_from(hf)

@@ -35,10 +35,11 @@ def tiny_hf(prefix: str, seed: int = 0, **overrides):
     hf = getattr(transformers, prefix + "ForCausalLM")(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
-            if "norm" in name or "layernorm" in name:
+            if ("norm" in name or ".ln_" in name) and not name.endswith("bias"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
             else:
-                sharp = name.endswith(("q_proj.weight", "k_proj.weight", "qkv_proj.weight", "gate.weight"))
+                sharp = ("q_proj.weight", "k_proj.weight", "qkv_proj.weight", "query_key_value.weight", "gate.weight")
+                sharp = name.endswith(sharp)
                 p.normal_(0.0, 0.25 if sharp else 0.1)
     return hf
 
