@@ -365,6 +365,8 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             if self.cfg.use_hook_tokens:
                 tokens = self.hook_tokens(tokens)
             embeds = self.embed(tokens)
+        elif hasattr(self.embed, "ln"):  # given token embeddings still pass Bloom's post-embedding norm, as in HF
+            embeds = self.embed.ln(embeds)
         embeds = self.hook_embed(embeds)  # [batch, pos, d_model]
         new_mask = None if state.attention_mask is None else state.attention_mask[:, -n_new:]
         residual, shortformer_pos_embed = self._add_pos_embed(embeds, state.positions, new_mask)

@@ -144,3 +144,14 @@ def test_greedy_20_tokens_match_hf_generate(pair):
         )  # fmt: skip
     ours = model.generate(prompt, max_new_tokens=20, do_sample=False, stop_at_eos=False, verbose=False)
     assert theirs.shape == (1, 26) and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("name", ["bloom_6heads", "opt", "neox_parallel_rot025"])
+def test_token_embeddings_as_input_match_hf_inputs_embeds(name):
+    """Float input is the token embeddings (HF's `inputs_embeds`): Bloom's `embed.ln` still applies."""
+    hf = tiny_classic(name, seed=3)
+    model = hooked_from(hf)
+    t = tokens()
+    with torch.no_grad():
+        embeds = hf.get_input_embeddings()(t)  # [batch, pos, d_model]
+        assert max_abs(model(embeds), hf(inputs_embeds=embeds).logits) <= ATOL
