@@ -72,6 +72,8 @@ class Attention(nn.Module):
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
         self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
+        if cfg.attn_sinks:  # GPT-OSS: one learned logit per head joins each softmax, then is dropped
+            self.sinks = nn.Parameter(torch.zeros(H, dtype=cfg.dtype))
         # NoPE layers (SmolLM3, Cohere2) rotate nothing: no rotary, no hook_rot_q/hook_rot_k
         self.rotary = cfg.positional_embedding_type == "rotary" and layer not in (cfg.nope_layers or ())
         if self.rotary:
@@ -167,6 +169,7 @@ class Attention(nn.Module):
         return (
             self.cfg.attn_implementation == "auto"
             and self.cfg.attn_scores_soft_cap <= 0
+            and not self.cfg.attn_sinks
             and not self.hook_attn_scores.observed
             and not self.hook_pattern.observed
         )
@@ -212,12 +215,17 @@ class Attention(nn.Module):
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         scores = self.hook_attn_scores(scores)
-        pattern = torch.softmax(scores.float(), dim=-1)
+        pattern = torch.softmax(scores.float(), dim=-1) if not self.cfg.attn_sinks else self._softmax_with_sinks(scores)
         valid = state.valid_queries(self.window)
         if valid is not None:  # rows with no visible key are 0, not NaN
             pattern = torch.where(valid, pattern, 0.0)
         pattern = self.hook_pattern(pattern.to(v.dtype))  # [batch, head, q_pos, k_pos]
         return torch.matmul(pattern, v)
+
+    def _softmax_with_sinks(self, scores: Float[torch.Tensor, "batch head q_pos k_pos"]) -> torch.Tensor:
+        """Softmax over the keys plus one sink logit per head, sink column dropped: rows sum to less than 1."""
+        sinks = self.sinks.float()[None, :, None, None].expand(*scores.shape[:-1], 1)  # [batch, head, q_pos, 1]
+        return torch.softmax(torch.cat([scores.float(), sinks], dim=-1), dim=-1)[..., :-1]
 
     def _output(self, z: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self.cfg.use_attn_result:

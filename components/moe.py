@@ -2,7 +2,8 @@
 
     probs   = softmax(x W_gate^T)                (float32, over all experts)  -> hook_expert_weights
     indices = top-k(probs)                                                     -> hook_expert_indices
-    weights = probs[indices], renormalized to sum 1 if `norm_topk_prob` (Mixtral, Qwen3-MoE, OLMoE)
+    weights = probs[indices], renormalized to sum 1 if `norm_topk_prob` (Mixtral, Qwen3-MoE, OLMoE;
+              GPT-OSS's softmax over the top-k logits is this renormalization)
     out     = sum_k weights_k * expert_{indices_k}(x)  (+ sigmoid(x w_s) * shared_expert(x), Qwen2-MoE)
 
 Experts are dispatched by grouping: the (token, slot) pairs are sorted by expert, each
@@ -32,12 +33,12 @@ from hooked.hook_points import HookPoint
 class Expert(nn.Module):
     """One gated expert: `W_out(act(W_gate x) * W_in x)`, with bias-free `nn.Linear` weights (TL's `MoEGatedMLP`)."""
 
-    def __init__(self, cfg: HookedTransformerConfig, d_mlp: int, pos_axis: int | None = None):
+    def __init__(self, cfg: HookedTransformerConfig, d_mlp: int, pos_axis: int | None = None, bias: bool = False):
         super().__init__()
         d, dt = cfg.d_model, cfg.dtype
-        self.W_in = nn.Linear(d, d_mlp, bias=False, dtype=dt)
-        self.W_gate = nn.Linear(d, d_mlp, bias=False, dtype=dt)
-        self.W_out = nn.Linear(d_mlp, d, bias=False, dtype=dt)
+        self.W_in = nn.Linear(d, d_mlp, bias=bias, dtype=dt)
+        self.W_gate = nn.Linear(d, d_mlp, bias=bias, dtype=dt)
+        self.W_out = nn.Linear(d_mlp, d, bias=bias, dtype=dt)
         self.act_fn = get_activation(cfg.act_fn)
         self.hook_gate = HookPoint(pos_axis)  # [n_tokens, d_mlp] (shared expert: [batch, pos, d_mlp])
         self.hook_pre = HookPoint(pos_axis)  # [n_tokens, d_mlp]
@@ -50,6 +51,23 @@ class Expert(nn.Module):
         return F.linear(post, self.W_out.weight)
 
 
+class ClampedSwiGLUExpert(Expert):
+    """GPT-OSS's expert: biases, and `(clamp(up) + 1) * g * sigmoid(alpha * g)` with `g = clamp(gate, max=limit)`.
+
+    `hook_gate`/`hook_pre` are the projections before the clamps, `hook_post` the product.
+    """
+
+    def __init__(self, cfg: HookedTransformerConfig, d_mlp: int, pos_axis: int | None = None):
+        super().__init__(cfg, d_mlp, pos_axis, bias=True)
+        self.limit, self.alpha = cfg.swiglu_limit, cfg.swiglu_alpha
+
+    def forward(self, x: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
+        gate = self.hook_gate(F.linear(x, self.W_gate.weight, self.W_gate.bias)).clamp(max=self.limit)  # [..., d_mlp]
+        up = self.hook_pre(F.linear(x, self.W_in.weight, self.W_in.bias)).clamp(-self.limit, self.limit)
+        post = self.hook_post((up + 1) * (gate * torch.sigmoid(gate * self.alpha)))  # [..., d_mlp]
+        return F.linear(post, self.W_out.weight, self.W_out.bias)
+
+
 class MoE(nn.Module):
     """Router plus `num_experts` experts, `experts_per_token` of them active per token."""
 
@@ -57,8 +75,10 @@ class MoE(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
-        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=False, dtype=cfg.dtype)  # the router
-        self.experts = nn.ModuleList(Expert(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
+        gpt_oss = cfg.swiglu_limit is not None  # GPT-OSS: biased router and clamped, biased experts
+        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=gpt_oss, dtype=cfg.dtype)  # the router
+        expert_cls = ClampedSwiGLUExpert if gpt_oss else Expert
+        self.experts = nn.ModuleList(expert_cls(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
 
@@ -66,7 +86,7 @@ class MoE(nn.Module):
         self, x: Float[torch.Tensor, "batch pos d_model"]
     ) -> tuple[Int[torch.Tensor, "batch pos k"], Float[torch.Tensor, "batch pos k"]]:
         """`(indices, weights)` of the experts each token goes to: softmax over all, top-k, renormalize."""
-        logits = F.linear(x, self.W_gate.weight)  # [batch, pos, num_experts], in the model dtype like HF
+        logits = F.linear(x, self.W_gate.weight, self.W_gate.bias)  # [batch, pos, num_experts], model dtype like HF
         probs = self.hook_expert_weights(torch.softmax(logits.float(), dim=-1))  # [batch, pos, num_experts]
         indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
         weights = probs.gather(-1, indices)  # [batch, pos, k]: the edited indices' probs if a hook changed them

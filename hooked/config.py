@@ -53,6 +53,8 @@ class HookedTransformerConfig:
     experts_per_token: int | None = None
     norm_topk_prob: bool = False
     shared_expert_d_mlp: int | None = None
+    swiglu_limit: float | None = None
+    swiglu_alpha: float = 1.702
     use_attn_scale: bool = True
     attn_scale: float = -1.0
     scale_attn_by_inverse_layer_idx: bool = False
@@ -63,6 +65,7 @@ class HookedTransformerConfig:
     attn_scores_soft_cap: float = -1.0
     output_logits_soft_cap: float = -1.0
     use_qk_norm: bool = False
+    attn_sinks: bool = False
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
     qk_norm_per_head: bool = False

@@ -412,6 +412,8 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "only LayerNorm models (not final_rms) center their residual stream", D
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
+    if step == "fold_value_biases" and cfg.attn_sinks:
+        return "attention sinks make each pattern row sum to less than 1", logging.INFO
     return None, D
 
 

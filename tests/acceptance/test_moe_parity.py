@@ -32,6 +32,20 @@ CONFIGS = {
         dict(MOE, moe_intermediate_size=48, norm_topk_prob=True, head_dim=16, num_key_value_heads=1),
     ),
     "olmoe_clip_qkv": ("Olmoe", dict(MOE, clip_qkv=0.5, norm_topk_prob=False, num_key_value_heads=4)),
+    # router bias, top-k then softmax, biased experts with a clamped SwiGLU that clamps (limit 0.5),
+    # attention sinks, alternating sliding window (4), YaRN
+    "gpt_oss_sinks_clamped_swiglu": (
+        "GptOss",
+        dict(
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            num_key_value_heads=2,
+            head_dim=8,
+            sliding_window=4,
+            swiglu_limit=0.5,
+            rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8, rope_theta=1e4),
+        ),
+    ),
 }
 
 
@@ -163,7 +177,7 @@ def test_forcing_experts_through_the_indices_hook(pair):
             ours = mlp(x)
         finally:
             mlp.hook_expert_indices.remove_hooks()
-        probs = torch.softmax(torch.nn.functional.linear(x, mlp.W_gate.weight), -1)[..., :2]
+        probs = torch.softmax(mlp.W_gate(x), -1)[..., :2]
         if model.cfg.norm_topk_prob:
             probs = probs / probs.sum(-1, keepdim=True)
         expected = probs[..., :1] * mlp.experts[0](x) + probs[..., 1:] * mlp.experts[1](x)
@@ -183,8 +197,10 @@ def test_loads_per_expert_checkpoint_from_disk(pair, tmp_path):
 
     hf, _ = pair
     hf.save_pretrained(tmp_path, safe_serialization=True)
+    fused_on_disk = type(hf).__name__ == "GptOssForCausalLM"  # GPT-OSS checkpoints are fused on disk too
     with safe_open(tmp_path / "model.safetensors", "pt") as f:
-        assert any(".experts.0." in key for key in f.keys())  # the per-expert layout, not the fused one
+        layout = ".experts.gate_up_proj" if fused_on_disk else ".experts.0."
+        assert any(layout in key for key in f.keys())
     model = HookedTransformer.from_pretrained(str(tmp_path), **NO_PROCESSING)
     t = tokens()
     with torch.no_grad():
@@ -196,7 +212,7 @@ def test_converted_moe_config(pair):
     cfg = model.cfg
     assert (cfg.num_experts, cfg.experts_per_token) == (4, 2)
     is_mixtral = type(hf).__name__ == "MixtralForCausalLM"
-    assert cfg.norm_topk_prob == (True if is_mixtral else hf.config.norm_topk_prob)
+    assert cfg.norm_topk_prob == (True if is_mixtral else getattr(hf.config, "norm_topk_prob", True))
     assert cfg.shared_expert_d_mlp == getattr(hf.config, "shared_expert_intermediate_size", None)
     assert cfg.full_width_qk_norm == (type(hf).__name__ == "OlmoeForCausalLM")
 
@@ -229,3 +245,14 @@ def test_full_width_qk_norm_with_gqa_grouped_and_ungrouped():
         assert max_abs(grouped, hf(t).logits) <= ATOL
         model.set_ungroup_grouped_query_attention(True)
         assert max_abs(model(t), grouped) <= ATOL
+
+
+def test_gpt_oss_sinks_and_clamp_matter():
+    """Guard against vacuous GPT-OSS parity: without sinks, or with a clamp that never bites, logits change."""
+    prefix, overrides = CONFIGS["gpt_oss_sinks_clamped_swiglu"]
+    model, t = hooked_from(tiny_hf(prefix, seed=1, **overrides)), tokens()
+    unclamped = hooked_from(tiny_hf(prefix, seed=1, **dict(overrides, swiglu_limit=1e4)))
+    with torch.no_grad():
+        assert max_abs(model(t), unclamped(t)) > 1e-3
+        _, cache = model.run_with_cache(t, names_filter="blocks.0.attn.hook_pattern")
+    assert (cache["pattern", 0].sum(-1) < 1 - 1e-3).any()  # the sink takes part of each row
