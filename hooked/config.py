@@ -103,7 +103,9 @@ class HookedTransformerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.dtype, str):
-            self.dtype = getattr(torch, self.dtype.removeprefix("torch."))
+            from hooked.validation import to_dtype
+
+            self.dtype = to_dtype(self.dtype)
         if self.n_heads == -1:
             if self.d_model % self.d_head:
                 raise ConfigError(f"n_heads=-1 needs d_head ({self.d_head}) to divide d_model ({self.d_model})")

@@ -8,6 +8,7 @@ or the mask, so they do not slow the forward pass measurably.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from typing import Any
@@ -16,6 +17,28 @@ import numpy as np
 import torch
 
 from hooked.errors import AttentionMaskError, InputError, InputTypeError, KVCacheMismatchError, TokenError
+
+
+# -- dtypes --------------------------------------------------------------------------------------
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+}  # fmt: skip
+
+
+def to_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    """A floating `torch.dtype` from a dtype or its name ("float32", "torch.bfloat16", "fp16", ...)."""
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise InputError(f"{name}={dtype} is not a floating dtype; use one of float32, float16, bfloat16, float64")
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
+        return DTYPES[dtype.removeprefix("torch.")]
+    close = difflib.get_close_matches(str(dtype).removeprefix("torch."), list(DTYPES), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise InputError(f"{name}={dtype!r} is not a dtype hooked can load into.{hint} Choose one of {', '.join(DTYPES)}.")
 
 
 # -- model input -------------------------------------------------------------------------------

@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 import torch
 
 from hooked.errors import CheckpointError, HookedError, InputError, UnsafeCheckpointError, WeightShapeError
+from hooked.validation import to_dtype  # noqa: F401  (re-exported)
 
 #: HuggingFace `from_pretrained` keyword arguments that `hooked.from_pretrained` accepts.
 HF_LOADING_ARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code", "torch_dtype")
 
-DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
-}  # fmt: skip
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -61,19 +56,6 @@ def check_from_pretrained_kwargs(from_pretrained, kw: dict) -> dict:
             raise InputError(f"dtype={kw['dtype']!r} and torch_dtype={torch_dtype} disagree: pass only dtype=")
         kw["dtype"] = torch_dtype
     return extra
-
-
-def to_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
-    """A floating `torch.dtype` from a dtype or its name ("float32", "torch.bfloat16", "fp16", ...)."""
-    if isinstance(dtype, torch.dtype):
-        if not dtype.is_floating_point:
-            raise InputError(f"{name}={dtype} is not a floating dtype; use one of float32, float16, bfloat16, float64")
-        return dtype
-    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
-        return DTYPES[dtype.removeprefix("torch.")]
-    close = difflib.get_close_matches(str(dtype).removeprefix("torch."), list(DTYPES), n=3, cutoff=0.5)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise InputError(f"{name}={dtype!r} is not a dtype hooked can load into.{hint} Choose one of {', '.join(DTYPES)}.")
 
 
 # -- conversion --------------------------------------------------------------------------------

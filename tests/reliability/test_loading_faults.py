@@ -296,3 +296,10 @@ def test_corrupt_gguf(tmp_path, monkeypatch, content, match):
     file.write_bytes(content)
     with pytest.raises(CheckpointError, match=match):
         HookedTransformer.from_pretrained(str(file))
+
+
+def test_invalid_dtype_string_in_a_config():
+    from hooked import HookedTransformerConfig
+
+    with pytest.raises(InputError, match=r"dtype='flaot16' .* Did you mean float16"):
+        HookedTransformerConfig(d_model=8, d_head=4, n_layers=1, n_ctx=8, act_fn="relu", d_vocab=5, dtype="flaot16")
