@@ -8,6 +8,7 @@ Each repeat times every variant once, interleaved, and the script prints medians
 ratios to HF's forward (HF with its default SDPA attention).
 
     python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2] [--only-mixtral] [--only-pythia]
+    python benchmarks/forward.py --model gemma-3-270m [--clock cpu]   # one bundled real model's row only
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import torch
 from _machine import apply_machine_options, machine_parser
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+clock = CLOCKS["wall"]
+
+
 def timed(fn) -> float:
-    start = time.perf_counter()
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
 def measure(variants: dict, repeats: int) -> dict[str, float]:
@@ -48,7 +53,7 @@ def bench(label: str, hf, model, tokens, repeats: int) -> None:
     base = med["hf forward"]
     print(f"\n{label}: batch {tokens.shape[0]} x {tokens.shape[1]} tokens, float32, {torch.get_num_threads()} threads")
     for name, t in med.items():
-        print(f"  {name:38s} {t * 1000:8.1f} ms   ratio to HF {t / base:5.2f}")
+        print(f"  {name:38s} {t * 1000:8.1f} ms ({clock.__name__})   ratio to HF {t / base:5.2f}")
 
 
 def gpt2_small():
@@ -104,15 +109,16 @@ def pythia_160m():
     return hf, model
 
 
-def smollm2():
+def bundled(name: str = "smollm2-135m"):
+    """A bundled real model (HF with its default attention, hooked unprocessed), both float32."""
     from transformers import AutoModelForCausalLM
 
     from hooked import HookedTransformer
     from loading.bundled import bundled_checkpoint_dir
 
-    path = bundled_checkpoint_dir("smollm2-135m")
+    path = bundled_checkpoint_dir(name)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    model = HookedTransformer.from_pretrained_no_processing("smollm2-135m")
+    model = HookedTransformer.from_pretrained_no_processing(name)
     return hf, model
 
 
@@ -121,9 +127,16 @@ def main() -> None:
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--only-mixtral", action="store_true", help="only the mixture-of-experts row")
     parser.add_argument("--only-pythia", action="store_true", help="only the Pythia-160m-sized row")
+    parser.add_argument("--model", default=None, help="only this bundled real model's row (e.g. gemma-3-270m)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: process CPU time (steadier on a shared machine, 1 thread)")
     args = parser.parse_args()
     apply_machine_options(args)
+    global clock
+    clock = CLOCKS[args.clock]
     tokens = torch.randint(0, 49152, (4, 128), generator=torch.Generator().manual_seed(0))
+    if args.model:
+        bench(f"{args.model} (bundled)", *bundled(args.model), tokens, args.repeats)
+        return
     if args.only_pythia:
         bench("Pythia-160m-sized GPT-NeoX (random init)", *pythia_160m(), tokens, args.repeats)
         return
@@ -141,7 +154,7 @@ def main() -> None:
     del hf, model
     if not args.skip_smollm2:
         try:
-            hf, model = smollm2()
+            hf, model = bundled("smollm2-135m")
         except (ImportError, NotImplementedError, FileNotFoundError) as err:
             print(f"\nSmolLM2 rows skipped: {err}")
             return

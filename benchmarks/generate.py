@@ -1,4 +1,6 @@
-"""Greedy KV-cached generation speed: `hooked` vs HuggingFace on SmolLM2-135M (float32, CPU).
+"""Greedy KV-cached generation speed: `hooked` vs HuggingFace on a bundled model (float32, CPU).
+
+The model is SmolLM2-135M unless `--model` names another bundled one (gemma-3-270m).
 
 For batch 1 and a left-padded batch of 4, without hooks and with one no-op hook per
 layer (`blocks.{l}.hook_resid_post`), it times `model.generate` and HF's `generate`
@@ -10,7 +12,7 @@ Times are process CPU time (`--clock wall` for wall-clock), which is steadier on
 shared machine; with one thread they agree on an idle one. The HF baseline never has
 hooks. It also checks that both produce the same tokens.
 
-    python benchmarks/generate.py [--new-tokens 64] [--repeats 5] [--threads 1] [--clock cpu|wall]
+    python benchmarks/generate.py [--model smollm2-135m] [--new-tokens 64] [--repeats 5] [--threads 1] [--clock cpu|wall]
 """
 
 from __future__ import annotations
@@ -30,15 +32,15 @@ PROMPTS = [
 NO_PROCESSING = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
 
 
-def load_models():
+def load_models(name: str = "smollm2-135m"):
     import transformers
 
     from hooked import HookedTransformer
     from loading.bundled import bundled_checkpoint_dir
 
-    model = HookedTransformer.from_pretrained("smollm2-135m", **NO_PROCESSING)
-    path = bundled_checkpoint_dir("smollm2-135m")
-    hf = transformers.LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = HookedTransformer.from_pretrained(name, **NO_PROCESSING)
+    path = bundled_checkpoint_dir(name)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     hf.generation_config.eos_token_id = None  # always generate every token, as stop_at_eos=False does
     return model, hf
 
@@ -70,15 +72,17 @@ def main() -> None:
     parser = machine_parser(__doc__.splitlines()[0], repeats=5, threads=1)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--model", default="smollm2-135m", help="bundled model name (smollm2-135m, gemma-3-270m)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4])
     args = parser.parse_args()
     apply_machine_options(args)
     clock = CLOCKS[args.clock]
-    model, hf = load_models()
+    model, hf = load_models(args.model)
     pad_id = model.tokenizer.pad_token_id
-    print(f"SmolLM2-135M fp32 CPU, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, "
+    print(f"{args.model} fp32 CPU, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, "
           f"median {args.clock} time of {args.repeats} (after one warm-up)")  # fmt: skip
     print(f"{'batch':>5} {'hooks':>13} {'hooked tok/s':>13} {'HF tok/s':>9} {'ratio':>6} {'pairs q1-q3':>12}  same tokens")
-    for batch in (1, 4):
+    for batch in args.batches:
         tokens, mask = model.to_tokens(PROMPTS[:batch], padding_side="left", return_attention_mask=True)
         for hooks_label, hooks in [("none", []), ("1 no-op/layer", hook_per_layer(model))]:
             ours, theirs, same = [], [], True
