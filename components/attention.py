@@ -72,6 +72,8 @@ class Attention(nn.Module):
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
         self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
+        if self.alibi_slopes is not None and cfg.alibi_before_attn_scale:  # Falcon: (q.k + bias) / attn_scale
+            self.alibi_slopes = self.alibi_slopes * self.scale
         if cfg.attn_sinks:  # GPT-OSS: one learned logit per head joins each softmax, then is dropped
             self.sinks = nn.Parameter(torch.zeros(H, dtype=cfg.dtype))
         # NoPE layers (SmolLM3, Cohere2) rotate nothing: no rotary, no hook_rot_q/hook_rot_k

@@ -66,6 +66,7 @@ class HookedTransformerConfig:
     output_logits_soft_cap: float = -1.0
     use_qk_norm: bool = False
     attn_sinks: bool = False
+    alibi_before_attn_scale: bool = False
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
     qk_norm_per_head: bool = False

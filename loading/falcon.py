@@ -7,10 +7,10 @@
 | neither                                    | `[head, (q, k, v), d_head]` (= grouped, kv H) | H         | `input_layernorm` (+ `post_attention_layernorm` unless parallel) |
 
 LayerNorms with bias, a dense MLP (`activation`, GELU by default), biases when `bias`,
-NeoX half-split rotary over the whole head. The new architecture is always parallel.
-HF's eager softmax runs in the hidden dtype (float32 here, so exact). ALiBi Falcon
-(falcon-rw, `alibi=True`: the bias is added before the 1/sqrt(d_head) scaling) is not
-supported and raises.
+NeoX half-split rotary over the whole head, or ALiBi (falcon-rw, `alibi=True`), whose
+bias HF adds **before** the 1/sqrt(d_head) scaling (`cfg.alibi_before_attn_scale`: the
+slopes are scaled instead). The new architecture is always parallel. HF's eager softmax
+runs in the hidden dtype (float32 here, so exact).
 """
 
 from __future__ import annotations
@@ -42,11 +42,6 @@ def _shared_norm(hf: Any) -> bool:
 
 
 def convert_falcon_config(hf: Any) -> dict:
-    if hf.alibi:
-        raise NotImplementedError(
-            "Falcon with alibi=True (falcon-rw) adds ALiBi before the 1/sqrt(d_head) scaling, which hooked's ALiBi "
-            "does not model; only rotary Falcon models are supported"
-        )
     d_head = hf.hidden_size // hf.num_attention_heads
     rotary_base, rotary_scaling = hf_rope_parameters(hf)
     return dict(
@@ -61,7 +56,8 @@ def convert_falcon_config(hf: Any) -> dict:
         act_fn=ACT_FN_NAMES.get(hf.activation, hf.activation),
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
-        positional_embedding_type="rotary",
+        positional_embedding_type="alibi" if hf.alibi else "rotary",
+        alibi_before_attn_scale=bool(hf.alibi),  # falcon-rw: (q.k + alibi) / sqrt(d_head)
         rotary_dim=d_head,
         rotary_base=rotary_base,
         rotary_scaling=rotary_scaling,

@@ -16,7 +16,8 @@ sequence long enough for that feature to matter:
   (parallel block, bias-free LayerNorm, adjacent-pair rotary, per-head qk LayerNorm,
   `logit_scale` != 1);
 - Falcon: new-architecture GQA (grouped fused QKV) with two norms and with one, the
-  multi-query variant, and a sequential multi-head one.
+  multi-query variant, a sequential multi-head one, and ALiBi (falcon-rw), compared
+  with HF's SDPA path because HF's eager Falcon-ALiBi adds the bias twice.
 
 HF's dynamic rope is stateful (it keeps the frequencies of the longest sequence seen
 until a sequence shorter than the original length resets them); hooked's depend only
@@ -107,6 +108,12 @@ CASES = {
     "falcon_new_arch_one_ln": ("Falcon", dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1), 16),
     "falcon_multi_query": ("Falcon", dict(multi_query=True, parallel_attn=True, bias=True), 16),
     "falcon_mha_sequential": ("Falcon", dict(multi_query=False, parallel_attn=False, bias=True), 16),
+    # HF's eager Falcon-ALiBi adds the bias twice (in the mask and in the scores); SDPA, HF's default, once.
+    "falcon_rw_alibi_vs_hf_sdpa": (
+        "Falcon",
+        dict(alibi=True, multi_query=False, parallel_attn=False, bias=True, attn_implementation="sdpa"),
+        16,
+    ),
 }
 # Without a rope scaling (or with every layer rotating), these cases compute something else.
 UNSCALED = {
@@ -259,7 +266,12 @@ def test_granite_and_cohere_fold_their_multipliers_into_weights():
     assert cohere.cfg.parallel_attn_mlp and cohere.cfg.rotary_adjacent_pairs
 
 
-def test_falcon_alibi_is_refused_with_a_clear_error():
-    hf = tiny_hf("Falcon", alibi=True)
-    with pytest.raises(NotImplementedError, match="alibi"):
-        hooked_from(hf)
+def test_falcon_alibi_is_added_before_the_scaling_once():
+    """hooked computes `(q.k + alibi) / sqrt(d_head)` (HF's SDPA path); HF's eager path counts the bias twice."""
+    name = "falcon_rw_alibi_vs_hf_sdpa"
+    sdpa, eager = build(name), build(name, attn_implementation="eager")
+    model, t = hooked_from(sdpa), tokens(2, 16)
+    assert model.cfg.positional_embedding_type == "alibi" and model.cfg.alibi_before_attn_scale
+    with torch.no_grad():
+        assert max_abs(model(t), sdpa(t).logits) <= ATOL
+        assert max_abs(model(t), eager(t).logits) > 1e-3

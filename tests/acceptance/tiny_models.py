@@ -30,8 +30,9 @@ def tiny_hf(prefix: str, seed: int = 0, **overrides):
         eos_token_id=2,
     )
     kwargs.update(copy.deepcopy(overrides))  # HF fills defaults into rope dicts in place
+    kwargs.setdefault("attn_implementation", "eager")
     torch.manual_seed(seed)
-    config = getattr(transformers, prefix + "Config")(**kwargs, attn_implementation="eager")
+    config = getattr(transformers, prefix + "Config")(**kwargs)
     hf = getattr(transformers, prefix + "ForCausalLM")(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
