@@ -107,7 +107,8 @@ def prepare_prompt(
     """
     device = model.embed.W_E.device
     tokens, embeds, mask = None, None, attention_mask
-    check_model_input(input, model.cfg.d_model)
+    unbatched_embeds = isinstance(input, torch.Tensor) and input.is_floating_point() and input.ndim == 2
+    check_model_input(input[None] if unbatched_embeds else input, model.cfg.d_model)
     if mask is not None:
         mask_is_all_ones(mask_dtype_check(mask))
     if isinstance(input, (str, list)):

@@ -295,7 +295,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
                 input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
             )
         else:
-            check_no_text_for_residual(input, start_at_layer)
+            check_no_text_for_residual(input, start_at_layer, self.cfg.d_model)
             if tokens is not None:
                 check_token_shape(tokens, "tokens")
             residual = input

@@ -100,12 +100,13 @@ def check_token_range(tokens: torch.Tensor, d_vocab: int, name: str = "tokens") 
         raise TokenError(f"{name} contains token id {bad}, outside the vocabulary [0, {d_vocab}) of this model")
 
 
-def check_no_text_for_residual(input: Any, start_at_layer: int) -> None:
+def check_no_text_for_residual(input: Any, start_at_layer: int, d_model: int | None = None) -> None:
     """With `start_at_layer`, the input is the residual stream `[batch, pos, d_model]`."""
-    if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.ndim != 3:
+    bad_width = d_model is not None and isinstance(input, torch.Tensor) and input.shape[-1:] != (d_model,)
+    if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.ndim != 3 or bad_width:
         what = type(input).__name__ if not isinstance(input, torch.Tensor) else f"{input.dtype} {tuple(input.shape)}"
         raise InputError(
-            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model] entering that block "
+            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model={d_model}] entering that block "
             f"as input, got {what}. Run model(tokens, stop_at_layer={start_at_layer}) to get it, and pass the "
             "token ids as tokens= if a loss is wanted."
         )

@@ -178,3 +178,14 @@ def test_bare_tokenizer_is_not_given_tokens_outside_its_vocabulary():
     model = HookedTransformer(cfg, tokenizer=tok)
     assert model.tokenizer.eos_token is None and model.tokenizer.bos_token is None  # "<|endoftext|>" is not in it
     assert tok.eos_token is None
+
+
+def test_start_at_layer_with_a_residual_of_the_wrong_width(model, unchanged):
+    with unchanged(model), pytest.raises(InputError, match=r"d_model=64\] entering that block as input, got torch.float32 \(1, 4, 32\)"):
+        model(torch.zeros(1, 4, 32), start_at_layer=1)
+
+
+def test_generate_accepts_unbatched_embeddings(model):
+    embeds = model.embed(TOKENS)[0]  # [pos, d_model]
+    out = model.generate(embeds, max_new_tokens=2, do_sample=False, verbose=False, return_type="tokens")
+    assert out.shape == (1, 2)

@@ -60,9 +60,9 @@ def rewrite(directory: Path, **changes) -> Path:
 
 
 # -- arguments -------------------------------------------------------------------------------------------
-def test_unknown_keyword_names_close_matches(ckpt):
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'fold_LN'\. Did you mean fold_ln"):
-        HookedTransformer.from_pretrained(str(ckpt), fold_LN=False)
+def test_unknown_keyword_names_close_matches(ckpt, model, tok, unchanged):
+    with unchanged(model, tok), pytest.raises(TypeError, match=r"unexpected keyword argument 'fold_LN'\. Did you mean fold_ln"):
+        HookedTransformer.from_pretrained(str(ckpt), fold_LN=False, tokenizer=tok)
 
 
 def test_unknown_keyword_without_close_match(ckpt):
@@ -137,11 +137,11 @@ def _header(file: Path) -> tuple[int, bytes, bytes]:
     ],
     ids=["zero-bytes", "two-bytes", "header-beyond-file", "header-too-large", "bad-json", "not-object", "truncated"],
 )
-def test_corrupt_safetensors(ckpt, corrupt, match):
+def test_corrupt_safetensors(ckpt, corrupt, match, model, tok, unchanged):
     file = ckpt / "model.safetensors"
     file.write_bytes(corrupt(*_header(file)))
-    with pytest.raises(CheckpointError, match=match):
-        HookedTransformer.from_pretrained(str(ckpt))
+    with unchanged(model, tok), pytest.raises(CheckpointError, match=match):  # nor the caller's tokenizer
+        HookedTransformer.from_pretrained(str(ckpt), tokenizer=tok)
 
 
 def _edit_header(file: Path, edit) -> None:
@@ -256,10 +256,10 @@ def test_checkpoint_needing_remote_code_is_refused(ckpt, tmp_path):
     ],
     ids=["norm-[1]", "short-embedding", "fused-c_attn", "mlp-c_fc", "short-W_pos", "missing-tensor"],
 )  # fmt: skip
-def test_gpt2_tensors_that_disagree_with_the_config(ckpt, changes, match):
+def test_gpt2_tensors_that_disagree_with_the_config(ckpt, changes, match, model, tok, unchanged):
     rewrite(ckpt, **changes)
-    with pytest.raises(CheckpointError, match=match):
-        HookedTransformer.from_pretrained(str(ckpt))
+    with unchanged(model, tok), pytest.raises(CheckpointError, match=match):  # the model is built before the check
+        HookedTransformer.from_pretrained(str(ckpt), tokenizer=tok)
 
 
 @pytest.mark.parametrize(
