@@ -108,7 +108,7 @@ def convert_checked(convert, state: Mapping[str, torch.Tensor], cfg, where: Call
     tracked = TrackedState(state, where)
     try:
         return convert(tracked, cfg), tracked
-    except HookedError:
+    except (HookedError, NotImplementedError):  # deliberate refusals pass through unchanged
         raise
     except KeyError as e:
         raise CheckpointError(
