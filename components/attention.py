@@ -55,8 +55,9 @@ def project(
 class Attention(nn.Module):
     """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads."""
 
-    def __init__(self, cfg: HookedTransformerConfig, layer: int = 0):
+    def __init__(self, cfg: HookedTransformerConfig | dict, layer: int = 0):
         super().__init__()
+        cfg = HookedTransformerConfig.unwrap(cfg)
         self.cfg, self.layer = cfg, layer
         H, d, dh, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.dtype
         self.W_Q = nn.Parameter(head_major(H, d, dh, dt))

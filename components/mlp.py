@@ -21,8 +21,9 @@ def linear(x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_ou
 class MLP(nn.Module):
     """Dense MLP: `hook_pre = x W_in + b_in`, `hook_post = act(pre)`, out `post W_out + b_out`."""
 
-    def __init__(self, cfg: HookedTransformerConfig):
+    def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
+        cfg = HookedTransformerConfig.unwrap(cfg)
         d, dm, dt = cfg.d_model, cfg.d_mlp, cfg.dtype
         self.W_in = nn.Parameter(torch.empty(d, dm, dtype=dt))
         self.b_in = nn.Parameter(torch.zeros(dm, dtype=dt))
@@ -53,7 +54,8 @@ class GatedMLP(MLP):
     `hook_pre` is the gate before the activation and `hook_pre_linear` the linear branch.
     """
 
-    def __init__(self, cfg: HookedTransformerConfig):
+    def __init__(self, cfg: HookedTransformerConfig | dict):
+        cfg = HookedTransformerConfig.unwrap(cfg)
         super().__init__(cfg)
         self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype))
         self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp, dtype=cfg.dtype))

@@ -71,9 +71,9 @@ class ClampedSwiGLUExpert(Expert):
 class MoE(nn.Module):
     """Router plus `num_experts` experts, `experts_per_token` of them active per token."""
 
-    def __init__(self, cfg: HookedTransformerConfig):
+    def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
         gpt_oss = cfg.swiglu_limit is not None  # GPT-OSS: biased router and clamped, biased experts
         self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=gpt_oss, dtype=cfg.dtype)  # the router

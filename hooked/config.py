@@ -100,9 +100,15 @@ class HookedTransformerConfig:
     checkpoint_label_type: str | None = None
     checkpoint_value: int | None = None
     weight_processing: tuple = ()
+    # accepted for TransformerLens compatibility; hooked reads tying and remote code from the checkpoint
+    tie_word_embeddings: bool = False
+    trust_remote_code: bool = False
+    load_in_4bit: bool = False
     n_params: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
+        if self.load_in_4bit:
+            raise NotImplementedError("load_in_4bit: quantized weights are out of hooked's scope; load in fp32/bf16")
         if isinstance(self.dtype, str):
             from hooked.validation import to_dtype
 
@@ -178,6 +184,20 @@ class HookedTransformerConfig:
             mlp = self.d_model * self.d_mlp * (2 + int(self.gated_mlp))
             n += self.n_layers * mlp * (self.num_experts or 1)
         return n
+
+    def is_layer_norm_activation(self) -> bool:
+        """True for activations followed by a LayerNorm inside the MLP (`solu_ln`)."""
+        return self.act_fn is not None and self.act_fn.endswith("_ln")
+
+    def set_seed_everywhere(self, seed: int) -> None:
+        """Seed torch, numpy and random (TransformerLens's helper)."""
+        import random
+
+        import numpy as np
+
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
 
     # -- (de)serialisation -------------------------------------------------------
     @classmethod

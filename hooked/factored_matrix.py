@@ -19,11 +19,15 @@ from typing import Any, Optional, Union
 import torch
 from jaxtyping import Complex, Float
 
-from hooked.errors import ShapeMismatchError
+from hooked.errors import InputError, ShapeMismatchError
 
 logger = logging.getLogger(__name__)
 
 Scalar = Union[int, float, torch.Tensor]
+
+
+class LeadingDimsMismatchError(ShapeMismatchError, RuntimeError):
+    """Leading dimensions that do not broadcast (a `RuntimeError`, as torch and TransformerLens raise)."""
 
 
 class FactoredMatrix:
@@ -39,11 +43,17 @@ class FactoredMatrix:
         try:
             lead = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
         except RuntimeError as e:
-            raise ShapeMismatchError(f"leading dimensions do not broadcast: A{tuple(A.shape)}, B{tuple(B.shape)}") from e
+            raise LeadingDimsMismatchError(
+                f"Shape mismatch: leading dimensions do not broadcast: A{tuple(A.shape)}, B{tuple(B.shape)}"
+            ) from e
         self.shape = torch.Size(lead + (self.ldim, self.rdim))
         self.A = A.broadcast_to(lead + (self.ldim, self.mdim))
         self.B = B.broadcast_to(lead + (self.mdim, self.rdim))
         self._svd_cache: Optional[tuple] = None
+
+    @property
+    def has_leading_dims(self) -> bool:
+        return self.ndim > 2
 
     @property
     def ndim(self) -> int:
@@ -93,7 +103,7 @@ class FactoredMatrix:
         """Scaling distributes over the product, so only `A` is scaled."""
         if isinstance(scalar, torch.Tensor):
             if scalar.numel() != 1:
-                raise ValueError(f"* needs a scalar, got a tensor of shape {tuple(scalar.shape)}; use @")
+                raise InputError(f"* needs a scalar, got a tensor of shape {tuple(scalar.shape)}; use @")
             scalar = scalar.reshape(())  # a [1, 1] tensor must not add leading dims
         elif not isinstance(scalar, (int, float)):
             return NotImplemented

@@ -272,15 +272,18 @@ class HookedRootModule(nn.Module):
 
     def _enable_hook(self, name: str | Callable[[str], bool], hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
         """TransformerLens's internal entry point: add a hook at the current context level."""
-        self.add_hook(name, hook, dir=dir, level=self.context_level)
+        if isinstance(name, str):
+            self._enable_hook_with_name(name, hook, dir)
+        else:
+            self._enable_hooks_for_points(self.hook_dict.items(), name, hook, dir)
 
     def _enable_hook_with_name(self, name: str, hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
-        self.add_hook(name, hook, dir=dir, level=self.context_level)
+        self.mod_dict[name].add_hook(hook, dir=dir, level=self.context_level)
 
     def _enable_hooks_for_points(self, hook_points, enabled: Callable[[str], bool], hook, dir) -> None:
         for name, hook_point in hook_points:
             if enabled(name):
-                self.add_hook(name, hook, dir=dir, level=self.context_level)
+                hook_point.add_hook(hook, dir=dir, level=self.context_level)
 
     def add_perma_hook(self, name, hook, dir: Literal["fwd", "bwd"] = "fwd") -> None:
         self.add_hook(name, hook, dir=dir, is_permanent=True)

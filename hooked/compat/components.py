@@ -9,7 +9,6 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float
 
-import components as _components
 from components import (  # noqa: F401
     MLP,
     Attention,
@@ -24,11 +23,11 @@ from components import (  # noqa: F401
     TransformerBlock,
     Unembed,
 )
+from components.moe import MoE  # noqa: F401
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
 AbstractAttention = Attention
-MoE = getattr(_components, "MoE", None)
 __path__: list[str] = []
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from components.activations import ACTIVATIONS
+from hooked.compat.utils import ACTIVATION_FN_DICT, XIELU
 from hooked.config import HookedTransformerConfig
 
 __path__: list[str] = []
@@ -13,9 +13,11 @@ class ActivationFunctionFactory:
     def pick_activation_function(cfg: HookedTransformerConfig):
         if cfg.act_fn is None:
             raise ValueError("act_fn not set when trying to select Activation Function")
-        if cfg.act_fn not in ACTIVATIONS:
+        if cfg.act_fn == "xielu":  # trainable: an instance, so its parameters register on the MLP
+            return XIELU()
+        if cfg.act_fn not in ACTIVATION_FN_DICT:
             raise ValueError(f"Invalid activation function name: {cfg.act_fn}")
-        return ACTIVATIONS[cfg.act_fn]
+        return ACTIVATION_FN_DICT[cfg.act_fn]
 
 
 class MLPFactory:
@@ -24,7 +26,5 @@ class MLPFactory:
         from hooked.compat import components
 
         if cfg.num_experts:
-            if components.MoE is None:
-                raise NotImplementedError("Mixture-of-experts MLPs are not available in this build")
             return components.MoE(cfg)
         return components.GatedMLP(cfg) if cfg.gated_mlp else components.MLP(cfg)

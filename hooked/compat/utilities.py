@@ -6,7 +6,15 @@ import torch
 from jaxtyping import Float
 
 from components.attention import project
-from hooked.compat.utils import ACTIVATION_FN_DICT, gelu_fast, gelu_new, gelu_pytorch_tanh, get_device  # noqa: F401
+from hooked.compat.utils import (  # noqa: F401
+    ACTIVATION_FN_DICT,
+    XIELU,
+    gelu_fast,
+    gelu_new,
+    gelu_pytorch_tanh,
+    get_device,
+    xielu,
+)
 from components.activations import solu  # noqa: F401
 
 __path__: list[str] = []
@@ -39,6 +47,28 @@ def vanilla_addmm(input, mat1, mat2):
 def batch_addmm(bias, weight, x):
     """`x @ weight + bias` over any leading axes (HF's Conv1D arithmetic)."""
     return torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[-1])
+
+
+def calculate_available_device_cuda_memory(i: int) -> int:
+    return torch.cuda.get_device_properties(i).total_memory - torch.cuda.memory_allocated(i)
+
+
+def determine_available_memory_for_available_devices(max_devices: int) -> list[tuple[int, int]]:
+    """`[(device index, free bytes)]` for the first `max_devices` CUDA devices."""
+    return [(i, calculate_available_device_cuda_memory(i)) for i in range(min(max_devices, torch.cuda.device_count()))]
+
+
+def sort_devices_based_on_available_memory(devices: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return sorted(devices, key=lambda d: d[1], reverse=True)
+
+
+def get_best_available_cuda_device(max_devices: int | None = None) -> torch.device:
+    devices = sort_devices_based_on_available_memory(
+        determine_available_memory_for_available_devices(max_devices or torch.cuda.device_count())
+    )
+    if not devices:
+        raise EnvironmentError("No CUDA devices available")
+    return torch.device("cuda", devices[0][0])
 
 
 def get_device_for_block_index(index: int, cfg, device=None) -> torch.device:

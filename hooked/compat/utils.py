@@ -56,7 +56,38 @@ def gelu_pytorch_tanh(input: torch.Tensor) -> torch.Tensor:
     return nn.functional.gelu(input, approximate="tanh")
 
 
+class XIELU(nn.Module):
+    """Trainable xIELU (arXiv 2411.13010), HF's parameterisation: alpha_p, alpha_n in softplus-inverse space."""
+
+    def __init__(self, alpha_p_init: float = 0.8, alpha_n_init: float = 0.8, beta_init: float = 0.5, eps=-1e-6):
+        super().__init__()
+
+        def softplus_inverse(v: float) -> torch.Tensor:
+            return torch.log(torch.expm1(torch.tensor(v, dtype=torch.float32)))
+
+        self.alpha_p = nn.Parameter(softplus_inverse(alpha_p_init))
+        self.alpha_n = nn.Parameter(softplus_inverse(alpha_n_init - beta_init))
+        self.register_buffer("beta", torch.tensor(beta_init, dtype=torch.float32))
+        self.register_buffer("eps", torch.tensor(eps, dtype=torch.float32))
+
+    def forward(self, input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+        alpha_p = nn.functional.softplus(self.alpha_p)
+        alpha_n = self.beta + nn.functional.softplus(self.alpha_n)
+        return _xielu(input, alpha_p, alpha_n, self.beta, self.eps)
+
+
+def _xielu(x, alpha_p, alpha_n, beta, eps) -> torch.Tensor:
+    negative = (torch.expm1(torch.minimum(x, torch.as_tensor(eps, dtype=x.dtype))) - x) * alpha_n + beta * x
+    return torch.where(x > 0, alpha_p * x * x + beta * x, negative)
+
+
+def xielu(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+    """xIELU with its default parameters (alpha_p = alpha_n = 0.8, beta = 0.5)."""
+    return _xielu(input, 0.8, 0.8, 0.5, -1e-6)
+
+
 ACTIVATION_FN_DICT: dict[str, Callable] = {
+    "xielu": xielu,
     "solu": solu,
     "solu_ln": solu,
     "gelu_new": gelu_new,
@@ -289,25 +320,42 @@ def tokenize_and_concatenate(
 
 
 # -- environment ----------------------------------------------------------------------
+_MPS_MIN_SAFE_TORCH_VERSION: tuple[int, ...] | None = None  # no torch release is known to fix MPS yet
+_mps_warned = False
+
+
+def _torch_version_tuple() -> tuple[int, ...]:
+    return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def _mps_is_safe() -> bool:
+    if os.environ.get("TRANSFORMERLENS_ALLOW_MPS", "") == "1":
+        return True
+    return _MPS_MIN_SAFE_TORCH_VERSION is not None and _torch_version_tuple() >= _MPS_MIN_SAFE_TORCH_VERSION
+
+
 def get_device() -> torch.device:
-    """CUDA if available, else CPU (MPS only with TRANSFORMERLENS_ALLOW_MPS=1, as TransformerLens)."""
+    """CUDA if available; MPS only when known safe or TRANSFORMERLENS_ALLOW_MPS=1; else CPU."""
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if os.environ.get("TRANSFORMERLENS_ALLOW_MPS") == "1" and torch.backends.mps.is_available():
+    if torch.backends.mps.is_available() and torch.backends.mps.is_built() and _mps_is_safe():
         return torch.device("mps")
     return torch.device("cpu")
 
 
-_mps_warned = False
-
-
 def warn_if_mps(device) -> None:
-    """Warn once that MPS may be silently wrong, unless TRANSFORMERLENS_ALLOW_MPS=1."""
+    """Warn once that MPS may give silently wrong results, unless it is known safe."""
     global _mps_warned
     device = device.type if isinstance(device, torch.device) else device
-    if not _mps_warned and device == "mps" and os.environ.get("TRANSFORMERLENS_ALLOW_MPS") != "1":
-        _mps_warned = True
-        warnings.warn("MPS backend may produce silently incorrect results", UserWarning, stacklevel=2)
+    if _mps_warned or device != "mps" or _mps_is_safe():
+        return
+    _mps_warned = True
+    warnings.warn(
+        f"MPS backend may produce silently incorrect results (PyTorch {torch.__version__}). "
+        "Set TRANSFORMERLENS_ALLOW_MPS=1 to suppress this warning.",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def is_library_available(name: str) -> bool:
