@@ -253,10 +253,8 @@ class Slice:
         """The selected indices as a Long tensor (`max_ctx` is needed for ranges)."""
         if self.mode == "int":
             return torch.tensor([self.slice])
-        if self.mode == "array":
-            return self.slice
-        if max_ctx is None:
-            raise ValueError("max_ctx is needed to list the indices of a range")
+        if max_ctx is None:  # as TransformerLens: also for an index list, whose range check needs it
+            raise ValueError("max_ctx is needed to list the indices of a range or an index list")
         return torch.arange(max_ctx)[self.slice]
 
     def __repr__(self) -> str:

@@ -34,7 +34,9 @@ MODEL_ALIASES: dict[str, list[str]] = {
     "Qwen/Qwen3-0.6B": ["qwen3-0.6b"],
     "google/gemma-2b": ["gemma-2b"],
     "google/gemma-2-2b": ["gemma-2-2b"],
-    "google/gemma-3-270m": ["gemma-3-270m"],
+    **{f"google/gemma-3-{s}": [f"gemma-3-{s}"] for s in ("270m", "270m-it", "1b-pt", "1b-it", "4b-pt", "4b-it",
+                                                          "12b-pt", "12b-it", "27b-pt", "27b-it")},
+    **{f"google/medgemma-{s}": [f"medgemma-{s}"] for s in ("4b-pt", "4b-it", "27b-it", "27b-text-it")},
     "HuggingFaceTB/SmolLM2-135M": ["smollm2-135m-base"],
 }
 OFFICIAL_MODEL_NAMES: list[str] = list(MODEL_ALIASES)

@@ -22,7 +22,7 @@ TL_MODULES: dict[str, str] = {
     "transformer_lens.patching": "hooked.patching",
     "transformer_lens.head_detector": "hooked.head_detector",
     "transformer_lens.past_key_value_caching": "hooked.past_key_value_caching",
-    "transformer_lens.loading_from_pretrained": "hooked.loading_from_pretrained",
+    "transformer_lens.loading_from_pretrained": "hooked.compat.loading_from_pretrained",
     "transformer_lens.ActivationCache": "hooked.activation_cache",
     "transformer_lens.FactoredMatrix": "hooked.factored_matrix",
     "transformer_lens.HookedTransformer": "hooked.hooked_transformer",
@@ -30,6 +30,11 @@ TL_MODULES: dict[str, str] = {
     "transformer_lens.evals": "hooked.compat.evals",
     "transformer_lens.pretrained": "hooked.compat.pretrained",
     "transformer_lens.pretrained.weight_conversions": "hooked.compat.pretrained",
+    **{
+        f"transformer_lens.pretrained.weight_conversions.{name}": "hooked.compat.pretrained"
+        for name in ("apertus", "bloom", "gemma", "gpt2", "gptj", "llama", "mistral", "mixtral", "neo", "neox",
+                     "openai", "opt", "phi", "phi3", "qwen", "qwen2", "qwen3")
+    },
     "transformer_lens.utilities": "hooked.compat.utilities",
     "transformer_lens.utilities.activation_functions": "hooked.compat.utilities",
     "transformer_lens.utilities.addmm": "hooked.compat.utilities",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from hooked import head_detector, hook_points, patching, utils
-from hooked import loading_from_pretrained
-from hooked import loading_from_pretrained as loading
+from hooked import head_detector, hook_points, patching
+from hooked.compat import utils
+from hooked.compat import loading_from_pretrained
+from hooked.compat import loading_from_pretrained as loading
 from hooked.activation_cache import ActivationCache
 from hooked.compat import components, evals, factories
 from hooked.config import HookedTransformerConfig
