@@ -226,6 +226,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         checkpoint whose `W_U` differs from `W_E^T` unties a tied model.
         """
         state_dict = {k: v for k, v in state_dict.items() if not k.endswith(_LEGACY_BUFFERS)}
+        for key, bias in self.state_dict().items():  # TransformerLens's GatedMLP has no gate bias: it is zero
+            if key.endswith("mlp.b_gate") and key not in state_dict and key[: -len("b_gate")] + "W_gate" in state_dict:
+                state_dict[key] = torch.zeros_like(bias)
         if self.embeddings_tied() and "unembed.W_U" in state_dict and "embed.W_E" in state_dict:
             if not torch.equal(state_dict["unembed.W_U"], state_dict["embed.W_E"].T):
                 self.untie_embeddings()

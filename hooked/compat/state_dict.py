@@ -4,6 +4,8 @@ TransformerLens registers per-layer buffers that `hooked` does not need: the cau
 `attn.mask` (`[n_ctx, n_ctx]` bool, banded for local attention), `attn.IGNORE` (-inf) and,
 for rotary models, `attn.rotary_sin`/`attn.rotary_cos` (`[n_ctx, rotary_dim]`).
 `HookedTransformer.load_state_dict` drops them again, so such a file loads into both.
+The gated-MLP gate bias `mlp.b_gate` (always zero for converted HF models) is left out,
+as TransformerLens has none.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ def tl_state_dict(model) -> dict[str, torch.Tensor]:
     cfg = model.cfg
     state = {k: v.detach().clone() if k == "unembed.W_U" else v for k, v in model.state_dict().items()}
     causal = torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool))  # [query_pos, key_pos]
+    for key in [k for k in state if k.endswith("mlp.b_gate")]:  # TransformerLens's GatedMLP has no gate bias
+        if state[key].any():
+            raise ValueError(
+                f"{key} is non-zero: TransformerLens's GatedMLP has no gate bias, so this model cannot be saved "
+                "in its format (every converted HF model has a zero gate bias)"
+            )
+        del state[key]
     for layer, block in enumerate(model.blocks):
         attn, prefix = block.attn, f"blocks.{layer}.attn."
         window = getattr(attn, "window", None)

@@ -121,13 +121,17 @@ def test_enable_hook_adds_at_the_current_context_level():
     assert seen == ["blocks.0.hook_resid_pre"]
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(positional_embedding_type="rotary", rotary_dim=4)])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, dict(positional_embedding_type="rotary", rotary_dim=4, n_key_value_heads=2, gated_mlp=True, act_fn="silu")],
+)
 def test_tl_state_dict_has_transformer_lens_buffers_and_loads_back(overrides):
     model = tiny(**overrides)
     state = tl_state_dict(model)
     n_ctx = model.cfg.n_ctx
     torch.testing.assert_close(state["blocks.1.attn.mask"], torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril())
     assert state["blocks.0.attn.IGNORE"].item() == float("-inf")
+    assert not any(k.endswith("b_gate") for k in state)  # TransformerLens's GatedMLP has no gate bias
     if overrides:  # TL's rotation with its tables equals hooked's rotated queries
         tokens = torch.tensor([[1, 2, 3, 4, 5]])
         _, cache = model.run_with_cache(tokens)
