@@ -63,6 +63,8 @@ TL_MODULES: dict[str, str] = {
             "mlps.mlp",
             "mlps.gated_mlp",
             "mlps.moe",
+            "mlps.gated_mlp_4bit",
+            "mlps.gpt_oss_moe",
         )
     },
 }

@@ -53,3 +53,18 @@ class CanBeUsedAsMLP(nn.Module):
         if self.cfg.is_layer_norm_activation():
             self.hook_mid = HookPoint()
             self.ln = LayerNorm(self.cfg, self.d_mlp) if self.cfg.normalization_type == "LN" else LayerNormPre(self.cfg)
+
+
+class GatedMLP4Bit(GatedMLP):
+    """TransformerLens's bitsandbytes 4-bit MLP: quantized weights are outside hooked's scope."""
+
+    def __init__(self, cfg: HookedTransformerConfig | dict):
+        raise NotImplementedError("4-bit (bitsandbytes) MLPs are not supported: load the model in fp32/bf16")
+
+
+class GptOssMoE(MoE):
+    """TransformerLens's GPT-OSS MoE: the GPT-OSS architecture is not converted by hooked."""
+
+    def __init__(self, cfg: HookedTransformerConfig | dict):
+        raise NotImplementedError("GPT-OSS (GptOssForCausalLM) is not a supported architecture")
+
