@@ -8,30 +8,37 @@ into `LayerNormPre` and `RMSNorm` into `RMSNormPre` without changing any hook va
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
 
-def _normalize(hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: float) -> torch.Tensor:
+def _normalize(
+    hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: float, untouched: Callable | None = None
+) -> torch.Tensor:
     """`x / sqrt(var + eps)`, with the divisor passing through `hook_scale`.
 
-    Computed as `x * rsqrt(var + eps)`, bit for bit what HuggingFace computes, unless a
-    hook replaced or edited the scale (then the edited scale divides `x`) or a backward
-    hook on the scale needs the gradient to flow through it.
+    Computed as `x * rsqrt(var + eps)` (or `untouched()`, a fused kernel giving that value),
+    bit for bit what HuggingFace computes, unless a hook replaced or edited the scale (then
+    the edited scale divides `x`) or a backward hook on the scale needs the gradient to flow
+    through it.
     """
+    untouched = untouched or (lambda: x * torch.rsqrt(var + eps))
     if not hook_scale.observed:  # nothing can read or edit the scale: skip computing it
-        return x * torch.rsqrt(var + eps)
+        return untouched()
     scale = (var + eps).sqrt()
     if hook_scale._bwd_fns:
         return x / hook_scale(scale)
     before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
     if hooked is scale and torch.equal(before, scale):
-        return x * torch.rsqrt(var + eps)
+        return untouched()
     return x / hooked
 
 
@@ -50,8 +57,17 @@ class _NormPre(nn.Module):
         raise NotImplementedError
 
     def normalize(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        numerator, var = self.statistics(x.float())
-        return self.hook_normalized(_normalize(self.hook_scale, numerator, var, self.eps).to(x.dtype))
+        x32 = x.float()
+        if not self.hook_scale.observed:  # nothing can read or edit the scale: skip computing it
+            return self.hook_normalized(self.fused(x32).to(x.dtype))
+        numerator, var = self.statistics(x32)
+        normalized = _normalize(self.hook_scale, numerator, var, self.eps, lambda: self.fused(x32))
+        return self.hook_normalized(normalized.to(x.dtype))
+
+    def fused(self, x32: torch.Tensor) -> torch.Tensor:
+        """The normalized value when no hook changes the scale, computed in as few kernels as possible."""
+        numerator, var = self.statistics(x32)
+        return numerator * torch.rsqrt(var + self.eps)
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         return self.normalize(x)
@@ -63,6 +79,11 @@ class LayerNormPre(_NormPre):
     def statistics(self, x32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         var, mean = torch.var_mean(x32, dim=-1, correction=0, keepdim=True)
         return x32 - mean, var
+
+    def fused(self, x32: torch.Tensor) -> torch.Tensor:
+        # One kernel, as HF's nn.LayerNorm: on CPU, var_mean plus the separate arithmetic takes
+        # ~20x longer (measured 4.9 vs 0.2 ms on [4, 128, 768], one thread).
+        return F.layer_norm(x32, (x32.shape[-1],), eps=self.eps)
 
 
 class LayerNorm(LayerNormPre):
