@@ -43,12 +43,13 @@ class Expert(nn.Module):
         self.hook_gate = HookPoint(pos_axis)  # [n_tokens, d_mlp] (shared expert: [batch, pos, d_mlp])
         self.hook_pre = HookPoint(pos_axis)  # [n_tokens, d_mlp]
         self.hook_post = HookPoint(pos_axis)  # [n_tokens, d_mlp]
+        self.hook_out = HookPoint(pos_axis)  # [n_tokens, d_model]: the expert's output, before its routing weight
 
     def forward(self, x: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
         gate = self.hook_gate(F.linear(x, self.W_gate.weight))  # [..., d_mlp]
         pre = self.hook_pre(F.linear(x, self.W_in.weight))  # [..., d_mlp]
         post = self.hook_post(self.act_fn(gate) * pre)  # [..., d_mlp]
-        return F.linear(post, self.W_out.weight)
+        return self.hook_out(F.linear(post, self.W_out.weight))
 
 
 class ClampedSwiGLUExpert(Expert):
@@ -65,7 +66,7 @@ class ClampedSwiGLUExpert(Expert):
         gate = self.hook_gate(F.linear(x, self.W_gate.weight, self.W_gate.bias)).clamp(max=self.limit)  # [..., d_mlp]
         up = self.hook_pre(F.linear(x, self.W_in.weight, self.W_in.bias)).clamp(-self.limit, self.limit)
         post = self.hook_post((up + 1) * (gate * torch.sigmoid(gate * self.alpha)))  # [..., d_mlp]
-        return F.linear(post, self.W_out.weight, self.W_out.bias)
+        return self.hook_out(F.linear(post, self.W_out.weight, self.W_out.bias))
 
 
 class MoE(nn.Module):
@@ -79,6 +80,7 @@ class MoE(nn.Module):
         self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=gpt_oss, dtype=cfg.dtype)  # the router
         expert_cls = ClampedSwiGLUExpert if gpt_oss else Expert
         self.experts = nn.ModuleList(expert_cls(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
+        self.hook_router_logits = HookPoint()  # [batch, pos, num_experts], model dtype
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
 
@@ -86,7 +88,7 @@ class MoE(nn.Module):
         self, x: Float[torch.Tensor, "batch pos d_model"]
     ) -> tuple[Int[torch.Tensor, "batch pos k"], Float[torch.Tensor, "batch pos k"]]:
         """`(indices, weights)` of the experts each token goes to: softmax over all, top-k, renormalize."""
-        logits = F.linear(x, self.W_gate.weight, self.W_gate.bias)  # [batch, pos, num_experts], model dtype like HF
+        logits = self.hook_router_logits(F.linear(x, self.W_gate.weight, self.W_gate.bias))  # [batch, pos, E], like HF
         probs = self.hook_expert_weights(torch.softmax(logits.float(), dim=-1))  # [batch, pos, num_experts]
         indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
         weights = probs.gather(-1, indices)  # [batch, pos, k]: the edited indices' probs if a hook changed them

@@ -145,6 +145,22 @@ def test_expert_hooks_fire_with_the_routed_tokens(pair):
         n_e = int((indices == e).sum())
         for name in ("hook_gate", "hook_pre", "hook_post"):
             assert cache[f"blocks.0.mlp.experts.{e}.{name}"].shape == (n_e, d_mlp)
+        assert cache[f"blocks.0.mlp.experts.{e}.hook_out"].shape == (n_e, model.cfg.d_model)
+    logits = cache["blocks.0.mlp.hook_router_logits"]  # [batch, pos, experts]
+    assert max_abs(logits.float().softmax(-1), cache["blocks.0.mlp.hook_expert_weights"]) <= 1e-6
+
+
+def test_left_padded_batch_equals_each_prompt_alone(pair):
+    """Pad tokens are routed too, but never reach a real token: each row equals the prompt run alone."""
+    _, model = pair
+    seqs = [tokens(1, n, seed=n)[0] for n in (5, 12, 9)]
+    toks, mask = torch.zeros(3, 12, dtype=torch.long), torch.zeros(3, 12, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        toks[i, 12 - len(s) :], mask[i, 12 - len(s) :] = s, 1
+    with torch.no_grad():
+        batched = model(toks, attention_mask=mask)
+        for i, s in enumerate(seqs):
+            assert max_abs(batched[i, -len(s) :], model(s[None])[0]) <= ATOL, f"row {i}"
 
 
 def test_ablating_an_expert_by_hook_equals_zeroing_its_weights(pair):
