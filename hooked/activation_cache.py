@@ -9,7 +9,7 @@ import torch
 from jaxtyping import Int
 
 from hooked.cache_analysis import CacheAnalysisMixin
-from hooked.errors import MissingHooksError
+from hooked.errors import InputError, MissingHooksError
 from hooked.utils import Slice, SliceInput, get_act_name, token_index
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class ActivationCache(CacheAnalysisMixin):
             return self
         for name, t in self.cache_dict.items():
             if t.shape[0] != 1:
-                raise ValueError(f"remove_batch_dim needs batch size 1, but {name} has batch {t.shape[0]}")
+                raise InputError(f"remove_batch_dim needs batch size 1, but {name} has batch {t.shape[0]}")
             self.cache_dict[name] = t[0]
         self.has_batch_dim = False
         return self
@@ -101,7 +101,7 @@ class ActivationCache(CacheAnalysisMixin):
         """A new cache with `batch_slice` applied to every batched tensor; an int drops the batch axis."""
         batch_slice = Slice.unwrap(batch_slice)
         if not self.has_batch_dim and batch_slice.mode != "empty":
-            raise ValueError("Cannot slice the batch axis of a cache without one")
+            raise InputError("Cannot slice the batch axis of a cache without one")
         batch = self._batch_size()
 
         def cut(t):

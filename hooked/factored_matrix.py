@@ -201,7 +201,7 @@ class FactoredMatrix:
     def unsqueeze(self, k: int) -> FactoredMatrix:
         """Insert a leading axis at position `k` of both factors."""
         if not -(self.ndim + 1) <= k <= self.ndim - 2 or k in (-1, -2):
-            raise ValueError(f"unsqueeze({k}) must add a leading axis of {self}")
+            raise InputError(f"unsqueeze({k}) must add a leading axis of {self}")
         return FactoredMatrix(self.A.unsqueeze(k), self.B.unsqueeze(k))
 
     def __getitem__(self, idx: Any) -> FactoredMatrix:

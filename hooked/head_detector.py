@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 from jaxtyping import Float, Int
 
+from hooked.errors import InputError
 from hooked.utils import is_lower_triangular, is_square
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def compute_head_attention_similarity_score(
     The exclusions zero column 0 (BOS) or the diagonal of a copy of the pattern.
     """
     if not is_square(attention_pattern):
-        raise ValueError(f"attention pattern must be square, got {tuple(attention_pattern.shape)}")
+        raise InputError(f"attention pattern must be square, got {tuple(attention_pattern.shape)}")
     attention = attention_pattern.detach().float().clone()
     detection = detection_pattern.to(attention.device, attention.dtype)
     if exclude_bos:
@@ -112,27 +113,27 @@ def detect_head(
     """
     cfg = model.cfg
     if error_measure not in ("abs", "mul"):
-        raise ValueError(f"error_measure must be 'abs' or 'mul', got {error_measure!r}")
+        raise InputError(f"error_measure must be 'abs' or 'mul', got {error_measure!r}")
     options = dict(exclude_bos=exclude_bos, exclude_current_token=exclude_current_token, error_measure=error_measure)
     if isinstance(seq, list):
         if cache is not None:
-            raise ValueError("detect_head takes a cache only for a single prompt")
+            raise InputError("detect_head takes a cache only for a single prompt")
         scores = [detect_head(model, s, detection_pattern, heads, **options) for s in seq]
         return torch.stack(scores).mean(0)
     tokens = model.to_tokens(seq)  # [1, pos]
     seq_len = tokens.shape[-1]
     if isinstance(detection_pattern, str):
         if detection_pattern not in HEAD_NAMES:
-            raise ValueError(f"Unknown head type {detection_pattern!r}; supported: {get_supported_heads()}")
+            raise InputError(f"Unknown head type {detection_pattern!r}; supported: {get_supported_heads()}")
         detection_pattern = _BUILDERS[detection_pattern](tokens.cpu())
     if error_measure == "mul" and not set(detection_pattern.unique().tolist()) <= {0, 1}:
         logger.warning("error_measure 'mul' expects a binary detection pattern (0s and 1s)")
     if not 1 < seq_len < cfg.n_ctx:
-        raise ValueError(f"The sequence has {seq_len} tokens; it needs more than 1 and fewer than n_ctx={cfg.n_ctx}")
+        raise InputError(f"The sequence has {seq_len} tokens; it needs more than 1 and fewer than n_ctx={cfg.n_ctx}")
     if detection_pattern.shape != (seq_len, seq_len):
-        raise ValueError(f"The detection pattern must be {(seq_len, seq_len)}, got {tuple(detection_pattern.shape)}")
+        raise InputError(f"The detection pattern must be {(seq_len, seq_len)}, got {tuple(detection_pattern.shape)}")
     if not is_lower_triangular(detection_pattern):
-        raise ValueError("The detection pattern must be lower triangular")
+        raise InputError("The detection pattern must be lower triangular")
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
     scores = -torch.ones(cfg.n_layers, cfg.n_heads)

@@ -21,7 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
-from hooked.errors import AttentionMaskError, TokenError
+from hooked.errors import AttentionMaskError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
 from hooked.token_index_mixin import TokenIndexMixin
@@ -84,7 +84,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         if tokenizer is not None:
             self.set_tokenizer(tokenizer, default_padding_side)
         if cfg.d_vocab == -1:
-            raise ValueError("cfg.d_vocab is -1 and no tokenizer was given: set d_vocab or pass a tokenizer")
+            raise InputError("cfg.d_vocab is -1 and no tokenizer was given: set d_vocab or pass a tokenizer")
         self.embed = Embed(cfg)
         self.hook_tokens = HookPoint(requires="use_hook_tokens")  # [batch, pos]
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
@@ -252,12 +252,12 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
     def set_use_hook_mlp_in(self, use: bool) -> None:
         if self.cfg.attn_only:
-            raise ValueError("hook_mlp_in does not exist in attention-only models")
+            raise InputError("hook_mlp_in does not exist in attention-only models")
         self.cfg.use_hook_mlp_in = use
 
     def set_use_attn_in(self, use: bool) -> None:
         if self.cfg.n_key_value_heads is not None:
-            raise ValueError("use_attn_in is not supported with grouped-query attention")
+            raise InputError("use_attn_in is not supported with grouped-query attention")
         self.cfg.use_attn_in = use
 
     def set_ungroup_grouped_query_attention(self, ungroup: bool) -> None:

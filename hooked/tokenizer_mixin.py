@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
+from hooked.errors import InputError
 from hooked.tokenization import encode_rows, pad_rows, prepare_tokenizer, tokenizer_prepends_bos
 from hooked.utils import USE_DEFAULT_VALUE
 from hooked.validation import check_text
@@ -92,7 +93,7 @@ class TokenizerMixin:
             return [tok.decode(t, clean_up_tokenization_spaces=False) for t in tokens]
         if tokens.ndim <= 1:
             return tok.decode(tokens.reshape(-1), clean_up_tokenization_spaces=False)
-        raise ValueError(f"to_string takes rank <= 2 tokens, got shape {tuple(tokens.shape)}")
+        raise InputError(f"to_string takes rank <= 2 tokens, got shape {tuple(tokens.shape)}")
 
     def to_str_tokens(self, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE):
         """Each token decoded on its own; a list of strings gives one list per string."""
@@ -104,7 +105,7 @@ class TokenizerMixin:
             ids = torch.as_tensor(np.asarray(input) if isinstance(input, np.ndarray) else input)
             if ids.ndim == 2:
                 if ids.shape[0] != 1:
-                    raise ValueError(f"to_str_tokens takes one sequence, got shape {tuple(ids.shape)}")
+                    raise InputError(f"to_str_tokens takes one sequence, got shape {tuple(ids.shape)}")
                 ids = ids[0]
         tok = self._need_tokenizer()
         return [tok.decode([int(t)], clean_up_tokenization_spaces=False) for t in ids.reshape(-1)]
@@ -112,7 +113,7 @@ class TokenizerMixin:
     def to_single_token(self, string: str) -> int:
         tokens = self.to_tokens(string, prepend_bos=False, move_to_device=False)[0]
         if tokens.numel() != 1:
-            raise ValueError(f"{string!r} is {tokens.numel()} tokens, not one: {self.to_str_tokens(tokens)}")
+            raise InputError(f"{string!r} is {tokens.numel()} tokens, not one: {self.to_str_tokens(tokens)}")
         return int(tokens[0])
 
     def to_single_str_token(self, int_token: int) -> str:
@@ -123,12 +124,12 @@ class TokenizerMixin:
     ) -> int:
         """Index of the first (or last) occurrence of `single_token` in `input`."""
         if mode not in ("first", "last"):
-            raise ValueError(f"mode must be 'first' or 'last', got {mode!r}")
+            raise InputError(f"mode must be 'first' or 'last', got {mode!r}")
         tokens = self.to_tokens(input, prepend_bos, padding_side, move_to_device=False) if isinstance(input, str) else input
         tokens = torch.as_tensor(tokens).reshape(-1) if torch.as_tensor(tokens).ndim == 1 else tokens
         if tokens.ndim == 2:
             if tokens.shape[0] != 1:
-                raise ValueError(f"get_token_position takes one sequence, got shape {tuple(tokens.shape)}")
+                raise InputError(f"get_token_position takes one sequence, got shape {tuple(tokens.shape)}")
             tokens = tokens[0]
         token = self.to_single_token(single_token) if isinstance(single_token, str) else int(single_token)
         hits = (tokens.cpu() == token).nonzero().flatten()

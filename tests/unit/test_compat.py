@@ -86,6 +86,22 @@ def test_tl_assertion_errors_stay_assertion_errors():
         HookedTransformerConfig(n_layers=1, d_model=10, d_head=3, n_ctx=4, d_vocab=5, act_fn="relu")
 
 
+def test_errors_transformer_lens_asserts_are_assertion_errors(tokenizer):
+    cfg = dict(n_layers=1, d_model=32, d_head=8, n_ctx=16, n_key_value_heads=2, act_fn="relu", device="cpu")
+    model = HookedTransformer(HookedTransformerConfig(**cfg), tokenizer=tokenizer)
+    for call in (
+        lambda: model.to_single_token("The quick brown fox"),
+        lambda: model.set_use_attn_in(True),
+        lambda: model.run_with_cache(torch.tensor([[1, 2], [3, 4]]))[1].remove_batch_dim(),
+        lambda: model.to_str_tokens(torch.tensor([[1, 2], [3, 4]])),
+        lambda: HookedTransformer(HookedTransformerConfig(n_layers=1, d_model=8, d_head=4, n_ctx=4, act_fn="relu")),
+    ):
+        with pytest.raises(AssertionError):
+            call()
+        with pytest.raises(ValueError):
+            call()
+
+
 def test_tokens_with_bos_removed(bos_tokenizer):
     tokenizer = copy.deepcopy(bos_tokenizer)
     bos, pad = tokenizer.bos_token_id, tokenizer.pad_token_id
