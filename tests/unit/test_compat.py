@@ -159,3 +159,18 @@ def test_tl_state_dict_has_transformer_lens_buffers_and_loads_back(overrides):
     other.load_state_dict(state, strict=True)
     tokens = torch.tensor([[1, 2, 3]])
     torch.testing.assert_close(other(tokens), model(tokens))
+
+
+def test_evals_on_a_tiny_model(tokenizer):
+    from transformer_lens import evals
+
+    model = HookedTransformer(
+        HookedTransformerConfig(n_layers=1, d_model=32, d_head=8, n_ctx=64, act_fn="relu", device="cpu", seed=0),
+        tokenizer=tokenizer,
+    )
+    torch.testing.assert_close(evals.sanity_check(model), model(evals.SANITY_TEXT, return_type="loss"))
+    batches = [{"tokens": torch.randint(0, 300, (2, 8))} for _ in range(3)]
+    expected = sum(model(b["tokens"], return_type="loss").item() for b in batches[:2]) / 2
+    assert abs(evals.evaluate_on_dataset(model, batches, truncate=1) - expected) < 1e-6
+    assert evals.induction_loss(model, batch_size=2, subseq_len=8).ndim == 0
+
