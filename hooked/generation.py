@@ -441,7 +441,7 @@ def _prepare(
     )  # fmt: skip
     fwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks")
     if return_cache:
-        check_names_filter(names_filter)
+        names_filter = check_names_filter(names_filter)
     if any(hp.bwd_hooks for hp in model.hook_dict.values()):
         raise ValueError(
             "generate runs under torch.inference_mode, where backward hooks never fire: remove them first "

@@ -242,7 +242,7 @@ class HookedRootModule(nn.Module):
         raise TypeError(f"A hook name must be a str or a Callable[[str], bool], got {type(name).__name__}")
 
     def _names_from_filter(self, names_filter: NameFilter) -> list[str]:
-        check_names_filter(names_filter)
+        names_filter = check_names_filter(names_filter)
         if names_filter is None:
             return [n for n, hp in self.hook_dict.items() if self.is_active(hp)]
         if isinstance(names_filter, str):

@@ -165,18 +165,20 @@ def check_hook_pairs(pairs: Any, name: str = "fwd_hooks") -> list[tuple[Any, Any
     return out
 
 
-def check_names_filter(names_filter: Any, name: str = "names_filter") -> None:
-    """None, a str, a Callable[[str], bool], or an iterable of str."""
+def check_names_filter(names_filter: Any, name: str = "names_filter") -> Any:
+    """None, a str, a Callable[[str], bool], or an iterable of str (returned as a list, so a generator is read once)."""
     if names_filter is None or isinstance(names_filter, str) or callable(names_filter):
-        return
+        return names_filter
     if not _iterable(names_filter):
         raise InputTypeError(
             f"{name} must be None, a hook name, a list of hook names or a Callable[[str], bool], "
             f"got {type(names_filter).__name__} ({names_filter!r})"
         )
-    bad = [n for n in names_filter if not isinstance(n, str)]
+    names = list(names_filter)
+    bad = [n for n in names if not isinstance(n, str)]
     if bad:
         raise InputTypeError(f"{name} must list hook names as str, got {bad[0]!r}")
+    return names
 
 
 def check_pos_slice(pos_slice: Any, name: str = "pos_slice") -> None:

@@ -191,3 +191,9 @@ def test_threads_take_turns(model):
 
     model.run_with_hooks(TOKENS, fwd_hooks=[(RESID, reenter)])
     assert inner[0].shape == (1, 2, model.cfg.d_vocab_out)
+
+
+def test_names_filter_generator_is_read_once(model):
+    names = (n for n in [RESID, "hook_embed"])
+    _, cache = model.run_with_cache(TOKENS, names_filter=names)
+    assert set(cache.keys()) == {RESID, "hook_embed"}
