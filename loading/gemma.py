@@ -24,6 +24,7 @@ Gemma 2's HF norm names: `input_layernorm` -> `ln1`, `post_attention_layernorm` 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Mapping
 
@@ -38,6 +39,8 @@ from loading.common import (
 )
 from loading.llama import attention_weights, gated_mlp_weights, local_attention
 from loading.registry import register_architecture
+
+logger = logging.getLogger(__name__)
 
 # -- config -----------------------------------------------------------------------------
 
@@ -144,6 +147,11 @@ def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str
     sd["ln_final.w"] = _gain(hf["norm.weight"])
     lm_head = hf_state.get("lm_head.weight", hf_state.get("language_model.lm_head.weight"))
     sd.update(unembed_weights(lm_head, embed))  # tied: W_U is the unscaled embedding
+    logger.info(
+        "Gemma: embed.W_E is the embedding scaled by sqrt(d_model) = %.4f, a copy; unembed.W_U is the unscaled %s",
+        cfg.embed_scale,
+        "tied embedding (W_E and W_U no longer share storage)" if sd["unembed.W_U"].data_ptr() == embed.data_ptr() else "lm_head",
+    )
     return sd
 
 
