@@ -16,6 +16,11 @@ class WeightViewsMixin:
     """Needs `self.cfg`, `self.embed`, `self.unembed`, `self.blocks` (and `self.pos_embed`)."""
 
     def _stack(self, module: str, name: str) -> torch.Tensor:
+        if module == "mlp" and self.cfg.num_experts:
+            raise NotImplementedError(
+                f"{name} of a mixture-of-experts model is per expert: read blocks[l].mlp.experts[e].{name}.weight "
+                "(nn.Linear layout, [out, in]); the router is blocks[l].mlp.W_gate.weight [num_experts, d_model]"
+            )
         return torch.stack([getattr(getattr(block, module), name) for block in self.blocks], dim=0)
 
     @property

@@ -272,3 +272,11 @@ def test_gpt_oss_sinks_and_clamp_matter():
         assert max_abs(model(t), unclamped(t)) > 1e-3
         _, cache = model.run_with_cache(t, names_filter="blocks.0.attn.hook_pattern")
     assert (cache["pattern", 0].sum(-1) < 1 - 1e-3).any()  # the sink takes part of each row
+
+
+def test_stacked_mlp_weights_point_to_the_experts(pair):
+    _, model = pair
+    for name in ("W_in", "W_out", "W_gate"):
+        with pytest.raises(NotImplementedError, match=f"experts\\[e\\].{name}.weight"):
+            getattr(model, name)
+    assert model.W_Q.shape[0] == model.cfg.n_layers  # attention weights still stack
