@@ -215,3 +215,31 @@ def test_activation_patching_and_hooked_generation(gemma3_processed):
     ablated = model.generate(prompt, fwd_hooks=zero_mlp, **run)
     assert not torch.allclose(ablated.logits[0], plain.logits[0])  # step 0 (prefill) was ablated
     assert not model.blocks[3].hook_mlp_out.has_hooks()  # and the hook is gone afterwards
+
+
+# -- the conversion ------------------------------------------------------------------------
+
+
+def test_norm_gains_are_the_gguf_values(gemma3, gemma3_dir, tmp_path, monkeypatch):
+    """llama.cpp stores Gemma's gains as 1 + w; the checkpoint holds HF's w; hooked's ln*.w is 1 + w again."""
+    import numpy as np
+    from gguf import GGUFReader
+    from safetensors import safe_open
+
+    from loading.bundled import CACHE_DIR_ENV, locate_bundled_gguf
+
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))  # assemble the chunks afresh, out of the shared cache
+    tensors = {t.name: t for t in GGUFReader(locate_bundled_gguf("gemma-3-270m")).tensors}
+    checkpoint = safe_open(gemma3_dir / "model.safetensors", "pt")
+    pairs = {  # GGUF name: (HF name, hooked parameter)
+        "blk.0.attn_norm.weight": ("model.layers.0.input_layernorm.weight", gemma3.blocks[0].ln1.w),
+        "blk.4.post_attention_norm.weight": ("model.layers.4.post_attention_layernorm.weight", gemma3.blocks[4].ln1_post.w),
+        "blk.5.ffn_norm.weight": ("model.layers.5.pre_feedforward_layernorm.weight", gemma3.blocks[5].ln2.w),
+        "blk.5.post_ffw_norm.weight": ("model.layers.5.post_feedforward_layernorm.weight", gemma3.blocks[5].ln2_post.w),
+        "blk.17.attn_q_norm.weight": ("model.layers.17.self_attn.q_norm.weight", gemma3.blocks[17].attn.q_norm.w),
+        "output_norm.weight": ("model.norm.weight", gemma3.ln_final.w),
+    }
+    for gguf_name, (hf_name, ours) in pairs.items():
+        raw = torch.from_numpy(np.array(tensors[gguf_name].data, dtype=np.float32))
+        assert torch.equal(checkpoint.get_tensor(hf_name) + 1, raw), gguf_name
+        assert torch.equal(ours.detach(), raw), gguf_name
