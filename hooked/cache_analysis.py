@@ -21,6 +21,7 @@ from jaxtyping import Float, Int
 
 from components.norms import LayerNormPre
 from hooked.errors import MissingHooksError
+from hooked.validation import check_layer
 from hooked.utils import Slice, SliceInput
 from hooked.weight_processing import POST_NORM_ARCHITECTURES
 
@@ -58,7 +59,11 @@ class CacheAnalysisMixin:
     # -- helpers -------------------------------------------------------------------------
     def _final_layer(self, layer: int | None) -> int:
         """`None` and -1 mean the unembed input, i.e. layer `n_layers`."""
-        return self.model.cfg.n_layers if layer is None or layer == -1 else layer
+        n_layers = self.model.cfg.n_layers
+        if layer is None or layer == -1:
+            return n_layers
+        check_layer(layer, "layer", low=0, high=n_layers)
+        return layer
 
     def _has_embed(self) -> bool:
         return "hook_embed" in self.cache_dict

@@ -29,6 +29,7 @@ from hooked.tokenizer_mixin import TokenizerMixin
 from hooked.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
 from hooked.validation import (
     check_kv_cache,
+    check_layer,
     check_model_input,
     check_no_text_for_residual,
     check_token_range,
@@ -291,6 +292,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        for name, layer in (("start_at_layer", start_at_layer), ("stop_at_layer", stop_at_layer)):
+            if layer is not None:
+                check_layer(layer, name, -self.cfg.n_layers, self.cfg.n_layers)
         if logits_to_keep and return_type in ("loss", "both"):
             raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
         if start_at_layer is None:

@@ -15,7 +15,7 @@ from jaxtyping import Int
 from hooked.errors import InputError
 from hooked.tokenization import encode_rows, pad_rows, prepare_tokenizer, tokenizer_prepends_bos
 from hooked.utils import USE_DEFAULT_VALUE
-from hooked.validation import check_text
+from hooked.validation import check_text, check_token_range
 
 
 class TokenizerMixin:
@@ -117,6 +117,7 @@ class TokenizerMixin:
         return int(tokens[0])
 
     def to_single_str_token(self, int_token: int) -> str:
+        check_token_range(torch.tensor([int_token]), max(self.cfg.d_vocab, len(self._need_tokenizer())), "int_token")
         return self.to_str_tokens(torch.tensor([int_token]))[0]
 
     def get_token_position(

@@ -112,6 +112,14 @@ def check_no_text_for_residual(input: Any, start_at_layer: int, d_model: int | N
         )
 
 
+def check_layer(layer: Any, name: str, low: int, high: int) -> None:
+    """An int in `[low, high]` (e.g. `start_at_layer` in `[-n_layers, n_layers]`)."""
+    if not _is_int(layer):
+        raise InputTypeError(f"{name} must be an int or None, got {type(layer).__name__} ({layer!r})")
+    if not low <= layer <= high:
+        raise InputError(f"{name}={layer} is out of range: this model's layers allow {low} to {high}")
+
+
 # -- attention mask ------------------------------------------------------------------------------
 def mask_dtype_check(mask: Any) -> torch.Tensor:
     """A tensor mask of integer or bool dtype and rank 2 (values are checked with `mask_is_all_ones`)."""

@@ -10,6 +10,7 @@ import torch
 from jaxtyping import Float
 
 from hooked.factored_matrix import FactoredMatrix
+from hooked.validation import check_token_range
 
 
 class WeightViewsMixin:
@@ -110,6 +111,7 @@ class WeightViewsMixin:
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
         tokens = torch.as_tensor(tokens, device=self.W_U.device)
+        check_token_range(tokens.reshape(-1), self.cfg.d_vocab_out, "tokens")
         return self.W_U[:, tokens].movedim(0, -1)
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked import FactoredMatrix, patching
-from hooked.errors import MissingHooksError, PatchingError, ShapeMismatchError
+from hooked.errors import InputError, InputTypeError, MissingHooksError, PatchingError, ShapeMismatchError, TokenError
 
 CLEAN = torch.tensor([[3, 17, 42, 7, 9]])  # [batch, pos]
 CORRUPTED = torch.tensor([[3, 18, 42, 8, 9]])
@@ -117,3 +117,23 @@ def test_factored_matrix_mismatches(make, match):
 def test_factored_matrix_scalar_only(model):
     with pytest.raises(ValueError, match=r"\* needs a scalar, got a tensor of shape \(3,\)"):
         model.blocks[0].attn.OV * torch.ones(3)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c: c.decompose_resid(layer=99), r"layer=99 is out of range: .* allow 0 to 2"),
+        (lambda c: c.accumulated_resid(layer=-5), r"layer=-5 is out of range"),
+        (lambda c: c.stack_head_results(layer=3), r"layer=3 is out of range"),
+        (lambda c: c.accumulated_resid(layer=1.0), r"layer must be an int or None, got float"),
+    ],
+    ids=["decompose-99", "accumulated--5", "heads-3", "float"],
+)
+def test_analysis_layer_out_of_range(model, clean_cache, unchanged, call, match):
+    with unchanged(model), pytest.raises((InputError, InputTypeError), match=match):
+        call(clean_cache)
+
+
+def test_logit_attrs_with_an_out_of_range_token(model, clean_cache, unchanged):
+    with unchanged(model), pytest.raises(TokenError, match="token id 1000000"):
+        clean_cache.logit_attrs(clean_cache.decompose_resid(), tokens=10**6)

@@ -189,3 +189,25 @@ def test_generate_accepts_unbatched_embeddings(model):
     embeds = model.embed(TOKENS)[0]  # [pos, d_model]
     out = model.generate(embeds, max_new_tokens=2, do_sample=False, verbose=False, return_type="tokens")
     assert out.shape == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(start_at_layer=9), InputError, r"start_at_layer=9 is out of range: .* allow -2 to 2"),
+        (dict(stop_at_layer=-3), InputError, r"stop_at_layer=-3 is out of range"),
+        (dict(stop_at_layer="1"), InputTypeError, r"stop_at_layer must be an int or None, got str \('1'\)"),
+    ],
+    ids=["start-9", "stop--3", "stop-str"],
+)
+def test_layer_range_arguments(model, unchanged, kwargs, error, match):
+    resid = model(TOKENS, stop_at_layer=1) if "start_at_layer" in kwargs else TOKENS
+    with unchanged(model), pytest.raises(error, match=match):
+        model(resid, **kwargs)
+
+
+def test_token_ids_outside_the_vocabulary_in_helpers(model, unchanged):
+    with unchanged(model), pytest.raises(TokenError, match="token id 1000000"):
+        model.tokens_to_residual_directions(10**6)
+    with unchanged(model), pytest.raises(TokenError, match=r"int_token contains token id 5000"):
+        model.to_single_str_token(5000)
