@@ -63,8 +63,10 @@ class GatedMLP4Bit(GatedMLP):
 
 
 class GptOssMoE(MoE):
-    """TransformerLens's GPT-OSS MoE: the GPT-OSS architecture is not converted by hooked."""
+    """TransformerLens's GPT-OSS MoE: hooked's `MoE` with a biased router, renormalized top-k and
+    biased clamped-SwiGLU experts (`swiglu_limit` 7 and `swiglu_alpha` 1.702 unless the config sets them)."""
 
     def __init__(self, cfg: HookedTransformerConfig | dict):
-        raise NotImplementedError("GPT-OSS (GptOssForCausalLM) is not a supported architecture")
+        cfg = HookedTransformerConfig.unwrap(cfg)
+        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or 7.0, norm_topk_prob=True))
 
