@@ -103,7 +103,7 @@ def _installed_transformer_lens() -> bool:
     return any(next(iter(f.find_distributions(context)), None) is not None for f in others)
 
 
-def alias_transformer_lens(strict: bool = True) -> list[str]:
+def alias_transformer_lens(strict: bool = False) -> list[str]:
     """Register the `transformer_lens` module tree in `sys.modules`; returns the paths registered.
 
     Submodules are set as attributes of their parents, so `import transformer_lens.utils`

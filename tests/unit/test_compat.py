@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.compat import TL_MODULES, alias_transformer_lens, tl_state_dict
+from hooked.compat import TL_MODULES, alias_transformer_lens, tl_state_dict, unalias_transformer_lens
 
 alias_transformer_lens()
 import transformer_lens  # noqa: E402
@@ -173,4 +173,17 @@ def test_evals_on_a_tiny_model(tokenizer):
     expected = sum(model(b["tokens"], return_type="loss").item() for b in batches[:2]) / 2
     assert abs(evals.evaluate_on_dataset(model, batches, truncate=1) - expected) < 1e-6
     assert evals.induction_loss(model, batch_size=2, subseq_len=8).ndim == 0
+
+
+def test_unalias_removes_the_tree_and_alias_restores_it():
+    import sys
+
+    unalias_transformer_lens()
+    try:
+        assert not any(name == "transformer_lens" or name.startswith("transformer_lens.") for name in sys.modules)
+        with pytest.raises(importlib.metadata.PackageNotFoundError):
+            importlib.metadata.version("transformer-lens")
+    finally:
+        assert sorted(alias_transformer_lens(strict=True)) == sorted(TL_MODULES)
+    assert importlib.import_module("transformer_lens.utils") is tl_utils
 
