@@ -159,6 +159,9 @@ def test_processed_log_softmax_matches_unprocessed_and_hf(pair, processed):
         ref = hf(input_ids=t).logits.log_softmax(-1)
     assert max_abs(ours, unprocessed) <= ATOL
     assert max_abs(ours, ref) <= ATOL
+    with torch.no_grad():
+        shift = processed(t) - model(t)  # center_unembed moves each position's logits by one constant
+    assert max_abs(shift, shift.mean(-1, keepdim=True)) <= ATOL
 
 
 @pytest.mark.parametrize("implementation", ["auto", "eager"])

@@ -171,3 +171,22 @@ def test_processing_folds_pre_norms_only_and_is_idempotent(name, caplog):
     model.process_weights_()
     after = model.state_dict()
     assert set(after) == set(before) and all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_image_text_checkpoint_keys_on_disk_and_in_memory_convert_alike():
+    """Older Gemma 3 image-text checkpoints store `language_model.model.*` and `language_model.lm_head.*` on disk."""
+    from loading.gemma import convert_gemma_weights
+
+    hf = tiny_gemma("gemma3_image_text_tower", seed=7)
+    cfg = hooked_from(hf).cfg
+    memory = hf.state_dict()
+    disk = {}
+    for key, value in memory.items():
+        if key.startswith("model.language_model."):
+            disk["language_model.model." + key.removeprefix("model.language_model.")] = value.clone()
+        elif key == "lm_head.weight":
+            disk["language_model.lm_head.weight"] = value.clone()
+        else:
+            disk[key] = value
+    ours, theirs = convert_gemma_weights(memory, cfg), convert_gemma_weights(disk, cfg)
+    assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
