@@ -7,7 +7,7 @@ from components.unembed import Unembed, vocab_projection
 from hooked.config import HookedTransformerConfig
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, 2, 5, 20])
 @pytest.mark.parametrize("vocab_major", [True, False])
 def test_vocab_projection_matches_matmul(rows, vocab_major):
     torch.manual_seed(0)
