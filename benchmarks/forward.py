@@ -9,6 +9,7 @@ ratios to HF's forward (HF with its default SDPA attention).
 
     python benchmarks/forward.py [--repeats 7] [--threads N] [--skip-smollm2] [--only-mixtral] [--only-pythia]
     python benchmarks/forward.py --model gemma-3-270m [--clock cpu]   # one bundled real model's row only
+    python benchmarks/forward.py --model pythia-160m-random          # = --only-pythia
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def main() -> None:
     if args.model:
         bench(f"{args.model} (bundled)", *bundled(args.model), tokens, args.repeats)
         return
-    if args.only_pythia:
+    if args.only_pythia or args.model == "pythia-160m-random":
         bench("Pythia-160m-sized GPT-NeoX (random init)", *pythia_160m(), tokens, args.repeats)
         return
     if not args.only_mixtral:
