@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return _inspect(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("hooked: interrupted\n")
+        return 130
     except Exception as e:  # one line for the user; --debug for the traceback
         if args.debug:
             raise

@@ -83,3 +83,14 @@ def test_exit_status_of_the_process(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("hooked: error: FileNotFoundError:")
+
+
+def test_interrupt_is_quiet(capsys, monkeypatch):
+    import hooked.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_inspect", interrupted)
+    code, _, err = run_cli(capsys, "inspect", "hello")
+    assert code == 130 and err == "hooked: interrupted\n"
