@@ -35,12 +35,13 @@ class PostNormDecompositionWarning(UserWarning):
 def warn_if_post_sublayer_norms(cfg, what: str) -> None:
     """Warn that head/neuron results do not add up to `attn_out`/`mlp_out` behind a post-sublayer norm.
 
-    With `ln1_post`/`ln2_post` (Gemma 2/3) or OLMo-2's post-norms, a layer writes
+    With `ln1_post`/`ln2_post` (Gemma 2/3) or OLMo-2/3 post-norms (`cfg.post_sublayer_norm`), a layer writes
     `norm(sum of heads + b_O)` to the residual stream, not the sum itself: the norm
     divides by a statistic of the whole sum (and multiplies by its gain), so no split
     into per-head or per-neuron terms sums to what was written.
     """
-    if cfg.use_normalization_before_and_after or cfg.original_architecture in POST_NORM_ARCHITECTURES:
+    post_norms = cfg.post_sublayer_norm or cfg.original_architecture in POST_NORM_ARCHITECTURES
+    if cfg.use_normalization_before_and_after or post_norms:
         warnings.warn(
             f"{what}: this model normalizes each sublayer's output again before adding it to the residual stream "
             "(post-sublayer norms), so per-head and per-neuron results are taken before that norm and do not sum "
