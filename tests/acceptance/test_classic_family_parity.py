@@ -155,3 +155,23 @@ def test_token_embeddings_as_input_match_hf_inputs_embeds(name):
     with torch.no_grad():
         embeds = hf.get_input_embeddings()(t)  # [batch, pos, d_model]
         assert max_abs(model(embeds), hf(inputs_embeds=embeds).logits) <= ATOL
+
+
+def test_left_padded_batch_matches_hf_and_its_greedy_generate(pair):
+    """HF given the same mask (and position ids cumsum(mask) - 1 where it takes them); then batched greedy decoding."""
+    import inspect
+
+    hf, model = pair
+    toks, mask = left_pad([tokens(1, n, seed=n)[0] for n in (4, 9)])
+    extra = {}
+    if "position_ids" in inspect.signature(hf.forward).parameters:
+        extra["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    real = mask.bool()
+    with torch.no_grad():
+        ref = hf(toks, attention_mask=mask, **extra).logits
+        assert max_abs(model(toks, attention_mask=mask)[real], ref[real]) <= ATOL
+        theirs = hf.generate(
+            toks, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    ours = model.generate(toks, attention_mask=mask, max_new_tokens=12, do_sample=False, stop_at_eos=False, verbose=False)
+    assert torch.equal(ours, theirs)
