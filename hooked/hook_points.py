@@ -266,9 +266,10 @@ class HookedRootModule(nn.Module):
     ) -> None:
         """Add `hook` to the hook point `name`, or to every active one a predicate accepts."""
         check_hook_fn(hook, repr(name) if isinstance(name, str) else "a name filter")
-        for hp in self._resolve(name):
-            self.check_hooks_to_add(hp, hp.name, hook, dir=dir, is_permanent=is_permanent, prepend=prepend)
-            hp.add_hook(hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
+        with exclusive(self):  # never change hooks under another thread's running call
+            for hp in self._resolve(name):
+                self.check_hooks_to_add(hp, hp.name, hook, dir=dir, is_permanent=is_permanent, prepend=prepend)
+                hp.add_hook(hook, dir=dir, is_permanent=is_permanent, level=level, prepend=prepend)
 
     def _enable_hook(self, name: str | Callable[[str], bool], hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
         """TransformerLens's internal entry point: add a hook at the current context level."""
@@ -289,8 +290,9 @@ class HookedRootModule(nn.Module):
         self.add_hook(name, hook, dir=dir, is_permanent=True)
 
     def remove_all_hook_fns(self, direction: Direction = "both", including_permanent: bool = False, level=None):
-        for hp in self.hook_dict.values():
-            hp.remove_hooks(direction, including_permanent=including_permanent, level=level)
+        with exclusive(self):
+            for hp in self.hook_dict.values():
+                hp.remove_hooks(direction, including_permanent=including_permanent, level=level)
 
     def clear_contexts(self) -> None:
         for hp in self.hook_dict.values():

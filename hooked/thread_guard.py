@@ -4,7 +4,7 @@ A model's hooks and its `forward_state` (mask, positions, step of the running ca
 live on the model, so two threads running one model at once would see each other's
 hooks and overwrite each other's state. Rather than let results be silently wrong,
 a thread that enters a model (a forward, a `hooks()` context, `run_with_hooks`,
-`run_with_cache`, `generate`) while another thread is inside it gets a
+`run_with_cache`, `generate`, `add_hook`, `reset_hooks`) while another thread is inside it gets a
 `ConcurrentUseError`. The same thread may re-enter freely (hooks calling the model,
 nested contexts). Use one model per thread (`copy.deepcopy(model)`) or a lock.
 

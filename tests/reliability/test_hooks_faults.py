@@ -159,6 +159,10 @@ def test_concurrent_use_from_another_thread_raises(model, unchanged):
                 model(TOKENS)
             with pytest.raises(ConcurrentUseError, match="copy.deepcopy"):
                 model.run_with_hooks(TOKENS, fwd_hooks=[("hook_embed", identity)])
+            with pytest.raises(ConcurrentUseError):  # nor may hooks change under the running call
+                model.add_hook(RESID, identity)
+            with pytest.raises(ConcurrentUseError):
+                model.reset_hooks()
         finally:
             release.set()
             thread.join(10)
