@@ -42,6 +42,12 @@ FAMILIES = {
         hidden_size=48, num_attention_heads=3, intermediate_size=72, num_hidden_layers=2, max_position_embeddings=64,
         rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
     )),
+    # Phi's optional qk LayerNorm (one, with bias, shared by the heads) with grouped-query attention.
+    "phi_qk_layernorm_gqa": ("PhiConfig", "PhiForCausalLM", dict(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=72, num_hidden_layers=2,
+        max_position_embeddings=64, qk_layernorm=True,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+    )),
     # Learned positions at offset 2, relu, tied.
     "opt": ("OPTConfig", "OPTForCausalLM", dict(
         hidden_size=48, num_attention_heads=3, ffn_dim=72, num_hidden_layers=2, max_position_embeddings=64,
