@@ -11,6 +11,8 @@ from loading import get_official_model_name
 
 logger = logging.getLogger(__name__)
 
+TL_GEMMA3_N_CTX = 8192  # TransformerLens's default context for Gemma 3 (the models support 32K/128K)
+
 
 def __getattr__(name: str):
     if name == "AutoConfig":  # TransformerLens code patches `loading_from_pretrained.AutoConfig`
@@ -34,15 +36,26 @@ def get_pretrained_model_config(
     n_ctx: int | None = None,
     **kwargs,
 ):
-    """The `HookedTransformerConfig` of a TransformerLens name, hub id or local checkpoint (config only)."""
+    """The `HookedTransformerConfig` of a TransformerLens name, hub id or local checkpoint (config only).
+
+    Official names listed in `loading.official_configs` need no hub access (as in
+    TransformerLens, whose tables hard-code them); Gemma 3 then defaults to TransformerLens's
+    memory-safe `n_ctx=8192` (pass `n_ctx=` for the full context).
+    """
     from loading.checkpoint import load_hf_config
+    from loading.official_configs import official_hf_config
     from loading.pretrained import _local_directory, build_config, hf_architecture
 
-    hf_config = load_hf_config(_local_directory(model_name, **kwargs))
+    official_name = get_official_model_name(model_name)
+    hf_config = official_hf_config(official_name)
+    if hf_config is None:
+        hf_config = load_hf_config(_local_directory(model_name, **kwargs))
+    elif n_ctx is None and hf_config.model_type == "gemma3_text":
+        n_ctx = min(TL_GEMMA3_N_CTX, hf_config.max_position_embeddings)
     cfg = build_config(
         hf_config,
         hf_architecture(hf_config),
-        get_official_model_name(model_name),
+        official_name,
         n_layers=first_n_layers,
         default_prepend_bos=default_prepend_bos,
         dtype=dtype,
