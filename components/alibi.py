@@ -68,3 +68,23 @@ def alibi_sdpa_mask(
         return torch.where(allowed, bias, float("-inf"))  # [batch, head, n_queries, n_keys]
 
     return state.memo(("alibi_sdpa", window, dtype), build)
+
+
+# -- TransformerLens's static ALiBi helpers (`AbstractAttention.create_alibi_*`) ----------
+
+
+def create_alibi_slope(n_ctx: int, device=None) -> Float[torch.Tensor, "query key"]:
+    """`min(key - query, 0)`: 0 on and above the diagonal, -distance below it."""
+    positions = torch.arange(n_ctx, device=device)
+    return (positions[None, :] - positions[:, None]).clamp(max=0).float()  # [query, key]
+
+
+def create_alibi_multipliers(n_heads: int, device=None) -> Float[torch.Tensor, "head"]:
+    """TransformerLens's geometric slopes `2^(-8h/n)`, h = 1..n (HF's `alibi_slopes` for 2^k heads)."""
+    return (2 ** (-8 / n_heads)) ** torch.arange(1, n_heads + 1, device=device)
+
+
+def create_alibi_bias(n_heads: int, n_ctx: int, device=None) -> Float[torch.Tensor, "head query key"]:
+    """Per-head distance bias `multiplier_h * min(key - query, 0)` over an `n_ctx` square."""
+    slope = create_alibi_slope(n_ctx, device)  # [query, key]
+    return create_alibi_multipliers(n_heads, device)[:, None, None] * slope  # [head, query, key]

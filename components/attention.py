@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from components import alibi
 from components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
 from components.forward_state import ForwardState
 from components.qk_norm import apply_qk_norm, make_qk_norm
@@ -54,6 +55,11 @@ def project(
 
 class Attention(nn.Module):
     """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads."""
+
+    # TransformerLens's static ALiBi helpers (hooked's layers use `components.alibi` per forward)
+    create_alibi_slope = staticmethod(alibi.create_alibi_slope)
+    create_alibi_multipliers = staticmethod(alibi.create_alibi_multipliers)
+    create_alibi_bias = staticmethod(alibi.create_alibi_bias)
 
     def __init__(self, cfg: HookedTransformerConfig | dict, layer: int = 0):
         super().__init__()
