@@ -23,7 +23,7 @@ from components import (  # noqa: F401
     TransformerBlock,
     Unembed,
 )
-from components.moe import MoE  # noqa: F401
+from components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -62,11 +62,23 @@ class GatedMLP4Bit(GatedMLP):
         raise NotImplementedError("4-bit (bitsandbytes) MLPs are not supported: load the model in fp32/bf16")
 
 
+GPT_OSS_LIMIT = 7.0  # GPT-OSS's `swiglu_limit`: gate clamped above, up clamped to [-limit, limit]
+GPT_OSS_ALPHA = 1.702  # the sigmoid's slope in `g * sigmoid(alpha * g)`
+
+
+class GptOssExpert(ClampedSwiGLUExpert):
+    """TransformerLens's GPT-OSS expert: hooked's clamped-SwiGLU expert of width `cfg.d_mlp`."""
+
+    def __init__(self, cfg: HookedTransformerConfig | dict):
+        cfg = HookedTransformerConfig.unwrap(cfg)
+        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT), cfg.d_mlp)
+
+
 class GptOssMoE(MoE):
     """TransformerLens's GPT-OSS MoE: hooked's `MoE` with a biased router, renormalized top-k and
     biased clamped-SwiGLU experts (`swiglu_limit` 7 and `swiglu_alpha` 1.702 unless the config sets them)."""
 
     def __init__(self, cfg: HookedTransformerConfig | dict):
         cfg = HookedTransformerConfig.unwrap(cfg)
-        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or 7.0, norm_topk_prob=True))
+        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT, norm_topk_prob=True))
 

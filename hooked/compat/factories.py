@@ -26,5 +26,6 @@ class MLPFactory:
         from hooked.compat import components
 
         if cfg.num_experts:
-            return components.MoE(cfg)
+            gpt_oss = cfg.original_architecture == "GptOssForCausalLM"
+            return components.GptOssMoE(cfg) if gpt_oss else components.MoE(cfg)
         return components.GatedMLP(cfg) if cfg.gated_mlp else components.MLP(cfg)
