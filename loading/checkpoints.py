@@ -2,9 +2,10 @@
 
 As in TransformerLens, Pythia's checkpoints are labelled by training step: 0, the powers of
 two 1 ... 512, then every 1000 steps up to 143000 (154 in all). `checkpoint_value` names a
-step; `checkpoint_index` indexes that list. The revision `step{N}` is read from the local HF
-cache (`models--EleutherAI--pythia-70m/refs/step{N}` -> `snapshots/<commit>/`), and downloaded
-only when it is not there and the hub may be used (`HF_HUB_OFFLINE` unset).
+step; `checkpoint_index` indexes that list. The revision `step{N}` is resolved by
+`loading.model_names.hub_checkpoint_dir`: with `HF_HUB_OFFLINE` set, from the local HF cache
+(`models--EleutherAI--pythia-70m/refs/step{N}` -> `snapshots/<commit>/`), else through the hub
+(which reuses the cache). Model names may be TransformerLens names (`pythia-70m`) or repo ids.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ PYTHIA_CHECKPOINTS: list[int] = [0, *(2**i for i in range(10)), *range(1000, 143
 
 def pythia_repo_id(model_name: str) -> str | None:
     """`EleutherAI/pythia-70m` for `pythia-70m` or `EleutherAI/pythia-70m(-deduped)`; None for other models."""
-    repo = model_name if "/" in model_name else f"EleutherAI/{model_name}"
+    from loading.model_names import get_official_model_name
+
+    repo = get_official_model_name(model_name)
+    repo = repo if "/" in repo else f"EleutherAI/{repo}"
     org, name = repo.split("/", 1)
     return repo if org.lower() == "eleutherai" and name.lower().startswith("pythia-") else None
 
@@ -67,24 +71,20 @@ def cached_revisions(repo_id: str, cache_dir: str | os.PathLike | None = None) -
 
 
 def revision_dir(repo_id: str, revision: str, cache_dir=None, token=None) -> Path:
-    """The snapshot directory of `repo_id` at `revision`: from the HF cache, else downloaded when online."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """The snapshot directory of `repo_id` at `revision`, through `loading.model_names.hub_checkpoint_dir`
+    (the HF cache when `HF_HUB_OFFLINE` is set, else the hub); a missing revision names the cached ones."""
+    from loading.model_names import hub_checkpoint_dir
 
     cache = hf_hub_cache(cache_dir)
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except (LocalEntryNotFoundError, OSError) as err:
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-        if offline:
-            cached = ", ".join(cached_revisions(repo_id, cache)) or "none"
-            raise FileNotFoundError(
-                f"Revision {revision!r} of {repo_id} is not in the HF cache {cache} (cached revisions: {cached}) "
-                f"and HF_HUB_OFFLINE is set. Download it once with `huggingface-cli download {repo_id} "
-                f"--revision {revision}`, or unset HF_HUB_OFFLINE."
-            ) from err
-    patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
-    return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, token=token, allow_patterns=patterns))
+        return hub_checkpoint_dir(repo_id, revision, cache_dir=cache, token=token)
+    except FileNotFoundError as err:
+        cached = ", ".join(cached_revisions(repo_id, cache)) or "none"
+        raise FileNotFoundError(
+            f"Revision {revision!r} of {repo_id} could not be loaded: it is not in the HF cache {cache} "
+            f"(cached revisions: {cached}) and the hub could not be used ({err}). Download it once with "
+            f"`huggingface-cli download {repo_id} --revision {revision}`, or unset HF_HUB_OFFLINE."
+        ) from err
 
 
 def resolve_checkpoint(

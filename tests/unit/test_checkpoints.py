@@ -67,7 +67,7 @@ def test_loads_the_cached_revision_offline(offline_cache):
         model = HookedTransformer.from_pretrained_no_processing(REPO, **kwargs)
         with torch.no_grad():
             assert (model(t) - hf(t).logits).abs().max() <= 1e-5
-    model = HookedTransformer.from_pretrained(REPO, checkpoint_label=1000)
+    model = HookedTransformer.from_pretrained("pythia-14m", checkpoint_label=1000)  # a TransformerLens name
     cfg = model.cfg
     assert (cfg.from_checkpoint, cfg.checkpoint_index, cfg.checkpoint_value, cfg.checkpoint_label_type) == (
         True, 11, 1000, "step",
@@ -77,5 +77,6 @@ def test_loads_the_cached_revision_offline(offline_cache):
 def test_a_missing_revision_names_itself_and_the_cached_ones(offline_cache):
     from hooked import HookedTransformer
 
-    with pytest.raises(FileNotFoundError, match="'step2000'.*cached revisions: step1000, step143000.*HF_HUB_OFFLINE"):
+    with pytest.raises(FileNotFoundError, match="'step2000'.*cached revisions: step1000, step143000") as err:
         HookedTransformer.from_pretrained(REPO, checkpoint_value=2000)
+    assert "HF_HUB_OFFLINE" in str(err.value)
