@@ -9,6 +9,7 @@ from jaxtyping import Float
 
 from components.activations import get_activation
 from components.norms import LayerNorm, LayerNormPre
+from components.xielu import XIELU
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -29,7 +30,8 @@ class MLP(nn.Module):
         self.b_in = nn.Parameter(torch.zeros(dm, dtype=dt))
         self.W_out = nn.Parameter(torch.empty(dm, d, dtype=dt))
         self.b_out = nn.Parameter(torch.zeros(d, dtype=dt))
-        self.act_fn = get_activation(cfg.act_fn)
+        # xIELU (Apertus) is trainable: a module, so its parameters are `mlp.act_fn.*`
+        self.act_fn = XIELU(dtype=dt) if cfg.act_fn == "xielu" else get_activation(cfg.act_fn)
         self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
         self.hook_post = HookPoint()  # [batch, pos, d_mlp]
         if cfg.act_fn == "solu_ln":

@@ -11,7 +11,7 @@ import torch
 
 from hooked.errors import ConfigError  # noqa: F401  (re-exported: `from hooked.config import ConfigError`)
 
-ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln")
+ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi")
 

@@ -216,6 +216,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             module = self.get_submodule(module_name)
             if clone or tensor.untyped_storage().data_ptr() in protected_storages:
                 tensor = tensor.clone()
+            if leaf in module._buffers:  # a persistent buffer (xIELU's beta, eps)
+                module._buffers[leaf] = tensor
+                continue
             module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
         if tied:
             self.unembed._parameters["W_U"] = nn.Parameter(self.embed.W_E.T)

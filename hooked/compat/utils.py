@@ -6,6 +6,8 @@ results); they are written for `hooked` and used only through the alias.
 
 from __future__ import annotations
 
+import components.xielu
+
 import importlib.util
 import inspect
 import logging
@@ -56,34 +58,12 @@ def gelu_pytorch_tanh(input: torch.Tensor) -> torch.Tensor:
     return nn.functional.gelu(input, approximate="tanh")
 
 
-class XIELU(nn.Module):
-    """Trainable xIELU (arXiv 2411.13010), HF's parameterisation: alpha_p, alpha_n in softplus-inverse space."""
-
-    def __init__(self, alpha_p_init: float = 0.8, alpha_n_init: float = 0.8, beta_init: float = 0.5, eps=-1e-6):
-        super().__init__()
-
-        def softplus_inverse(v: float) -> torch.Tensor:
-            return torch.log(torch.expm1(torch.tensor(v, dtype=torch.float32)))
-
-        self.alpha_p = nn.Parameter(softplus_inverse(alpha_p_init))
-        self.alpha_n = nn.Parameter(softplus_inverse(alpha_n_init - beta_init))
-        self.register_buffer("beta", torch.tensor(beta_init, dtype=torch.float32))
-        self.register_buffer("eps", torch.tensor(eps, dtype=torch.float32))
-
-    def forward(self, input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
-        alpha_p = nn.functional.softplus(self.alpha_p)
-        alpha_n = self.beta + nn.functional.softplus(self.alpha_n)
-        return _xielu(input, alpha_p, alpha_n, self.beta, self.eps)
-
-
-def _xielu(x, alpha_p, alpha_n, beta, eps) -> torch.Tensor:
-    negative = (torch.expm1(torch.minimum(x, torch.as_tensor(eps, dtype=x.dtype))) - x) * alpha_n + beta * x
-    return torch.where(x > 0, alpha_p * x * x + beta * x, negative)
+XIELU = components.xielu.XIELU
 
 
 def xielu(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
     """xIELU with its default parameters (alpha_p = alpha_n = 0.8, beta = 0.5)."""
-    return _xielu(input, 0.8, 0.8, 0.5, -1e-6)
+    return components.xielu.xielu(input, 0.8, 0.8, 0.5, -1e-6)
 
 
 ACTIVATION_FN_DICT: dict[str, Callable] = {
