@@ -88,3 +88,67 @@ def evaluate(model, truncate: int = 100, batch_size: int = 8, tokenizer=None) ->
         f"{name}_loss": evaluate_on_dataset(model, loader(tokenizer=tokenizer, batch_size=batch_size), truncate)
         for name, loader in zip(DATASET_NAMES, DATASET_LOADERS)
     }
+
+
+# -- MMLU (zero-shot multiple choice, dataset `cais/mmlu`) ------------------------------
+
+MMLU_SUBJECTS = (
+    "abstract_algebra anatomy astronomy business_ethics clinical_knowledge college_biology college_chemistry "
+    "college_computer_science college_mathematics college_medicine college_physics computer_security "
+    "conceptual_physics econometrics electrical_engineering elementary_mathematics formal_logic global_facts "
+    "high_school_biology high_school_chemistry high_school_computer_science high_school_european_history "
+    "high_school_geography high_school_government_and_politics high_school_macroeconomics high_school_mathematics "
+    "high_school_microeconomics high_school_physics high_school_psychology high_school_statistics "
+    "high_school_us_history high_school_world_history human_aging human_sexuality international_law jurisprudence "
+    "logical_fallacies machine_learning management marketing medical_genetics miscellaneous moral_disputes "
+    "moral_scenarios nutrition philosophy prehistory professional_accounting professional_law professional_medicine "
+    "professional_psychology public_relations security_studies sociology us_foreign_policy virology world_religions"
+).split()
+MMLU_ANSWER_LETTERS = ["A", "B", "C", "D"]
+
+
+def _mmlu_subjects(subjects) -> list[str]:
+    chosen = MMLU_SUBJECTS if subjects is None else [subjects] if isinstance(subjects, str) else list(subjects)
+    invalid = sorted(set(chosen) - set(MMLU_SUBJECTS))
+    if invalid:
+        raise ValueError(f"Invalid subject(s): {invalid}. Valid subjects: {', '.join(MMLU_SUBJECTS)}")
+    return chosen
+
+
+def make_mmlu_data_loader(subjects=None, split: str = "test", num_samples: int | None = None) -> list[dict]:
+    """MMLU questions as `{"question", "choices", "answer", "subject"}` (first `num_samples` per subject)."""
+    from datasets import load_dataset
+
+    examples = []
+    for subject in _mmlu_subjects(subjects):
+        dataset = load_dataset("cais/mmlu", subject, split=split)
+        n = len(dataset) if num_samples is None else min(num_samples, len(dataset))
+        examples += [dict(question=row["question"], choices=row["choices"], answer=row["answer"], subject=subject)
+                     for row in (dataset[i] for i in range(n))]
+    return examples
+
+
+def mmlu_prompt(example: dict) -> str:
+    options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(MMLU_ANSWER_LETTERS, example["choices"]))
+    return f"{example['question']}{options}\nAnswer:"
+
+
+@torch.inference_mode()
+def mmlu_eval(model, tokenizer=None, subjects=None, split: str = "test", num_samples: int | None = None) -> dict:
+    """Zero-shot MMLU: the answer is the letter (" A".." D") with the highest next-token logit.
+
+    Returns `accuracy`, `num_correct`, `num_total` and per-subject accuracy `subject_scores`.
+    """
+    tokenizer = tokenizer or model.tokenizer
+    examples = make_mmlu_data_loader(subjects, split, num_samples)
+    if not examples:
+        raise ValueError("No MMLU data loaded. Check your subjects parameter.")
+    letters = [tokenizer.encode(" " + letter, add_special_tokens=False)[-1] for letter in MMLU_ANSWER_LETTERS]
+    correct: dict[str, list[bool]] = {}
+    for example in examples:
+        logits = model(mmlu_prompt(example), return_type="logits")[0, -1, letters]  # [4]
+        correct.setdefault(example["subject"], []).append(int(logits.argmax()) == example["answer"])
+    num_correct = sum(sum(v) for v in correct.values())
+    num_total = sum(len(v) for v in correct.values())
+    return dict(accuracy=num_correct / num_total, num_correct=num_correct, num_total=num_total,
+                subject_scores={s: sum(v) / len(v) for s, v in correct.items()})

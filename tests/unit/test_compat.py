@@ -187,3 +187,29 @@ def test_unalias_removes_the_tree_and_alias_restores_it():
         assert sorted(alias_transformer_lens(strict=True)) == sorted(TL_MODULES)
     assert importlib.import_module("transformer_lens.utils") is tl_utils
 
+
+
+def test_mmlu_subjects_are_checked_before_loading():
+    from hooked.compat.evals import MMLU_SUBJECTS, _mmlu_subjects, make_mmlu_data_loader
+
+    assert len(MMLU_SUBJECTS) == 57 and _mmlu_subjects("anatomy") == ["anatomy"]
+    with pytest.raises(ValueError, match="Invalid subject.*'no_such_subject'"):
+        make_mmlu_data_loader(subjects=["anatomy", "no_such_subject"])
+
+
+def test_mmlu_eval_scores_the_letter_with_the_highest_logit(monkeypatch):
+    import hooked.compat.evals as evals
+
+    examples = [dict(question="2+2?", choices=["3", "4", "5", "6"], answer=a, subject="s") for a in (0, 1)]
+    monkeypatch.setattr(evals, "make_mmlu_data_loader", lambda *args: examples)
+
+    class Letters:  # a tokenizer with " A".." D" as ids 0..3
+        def encode(self, text, add_special_tokens=False):
+            return [" ABCD".index(text.strip()) - 1]
+
+    def model(prompt, return_type):
+        assert prompt.endswith("\nD. 6\nAnswer:")
+        return torch.tensor([0.0, 5.0, 1.0, 2.0])[None, None]  # [1, 1, vocab]: " B" wins
+
+    result = evals.mmlu_eval(model, tokenizer=Letters())
+    assert (result["num_correct"], result["num_total"], result["subject_scores"]) == (1, 2, {"s": 0.5})
