@@ -11,7 +11,13 @@ from hooked.past_key_value_caching import HookedTransformerKeyValueCache
 from loading import supported_architectures
 from tests.helpers import NO_PROCESSING, hf_block_outputs
 
-torch.set_grad_enabled(False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_grad():
+    """Grad off for this module only (a module-level `torch.set_grad_enabled(False)` leaked into later test files)."""
+    with torch.no_grad():
+        yield
 
 
 @pytest.fixture(scope="module")
