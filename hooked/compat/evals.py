@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
 import torch
+import torch.utils.data
 
 SANITY_TEXT = (
     "Many important transition points in the history of science have been moments when science 'zoomed in.' "
@@ -152,3 +155,76 @@ def mmlu_eval(model, tokenizer=None, subjects=None, split: str = "test", num_sam
     num_total = sum(len(v) for v in correct.values())
     return dict(accuracy=num_correct / num_total, num_correct=num_correct, num_total=num_total,
                 subject_scores={s: sum(v) / len(v) for s, v in correct.items()})
+
+
+# -- Indirect object identification (IOI) ------------------------------------------------
+
+
+class IOIDataset(torch.utils.data.Dataset):
+    """IOI prompts: "[A] and [B] ... [B] gave the [OBJECT] to" -> the indirect object " [A]", not " [B]".
+
+    Items are `{"prompt": token ids of the whole sentence, "IO": ids of " A", "S": ids of " B"}`;
+    `symmetric=True` adds each prompt with the two names swapped. Sampling is seeded (42).
+    """
+
+    def __init__(self, tokenizer, templates=None, names=None, nouns=None, num_samples: int = 1000,
+                 symmetric: bool = False, prepend_bos: bool = True):
+        self.tokenizer, self.prepend_bos = tokenizer, prepend_bos
+        self.templates = templates or self.get_default_templates()
+        self.names = names or self.get_default_names()
+        self.nouns = nouns or self.get_default_nouns()
+        rng = random.Random(42)
+        self.samples = [s for _ in range(num_samples // (2 if symmetric else 1)) for s in self._sample(rng, symmetric)]
+
+    def _sample(self, rng: random.Random, symmetric: bool) -> list[dict[str, str]]:
+        template = rng.choice(self.templates)
+        for kind, words in self.nouns.items():
+            template = template.replace(f"[{kind}]", rng.choice(words))
+        a, b = rng.sample(self.names, 2)
+        pairs = [(a, b), (b, a)] if symmetric else [(a, b)]
+        return [{"text": template.replace("[A]", io).replace("[B]", s), "IO": " " + io, "S": " " + s}
+                for io, s in pairs]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        sample = self.samples[idx]
+        prompt = self.tokenizer.encode(sample["text"])
+        if self.prepend_bos:
+            prompt = [self.tokenizer.bos_token_id] + prompt
+        return {"prompt": torch.LongTensor(prompt), "IO": torch.LongTensor(self.tokenizer.encode(sample["IO"])),
+                "S": torch.LongTensor(self.tokenizer.encode(sample["S"]))}
+
+    @staticmethod
+    def get_default_names() -> list[str]:
+        return ["John", "Mary"]
+
+    @staticmethod
+    def get_default_templates() -> list[str]:
+        return ["[A] and [B] went to the [LOCATION] to buy [OBJECT]. [B] handed the [OBJECT] to [A]",
+                "Then, [B] and [A] went to the [LOCATION]. [B] gave the [OBJECT] to [A]"]
+
+    @staticmethod
+    def get_default_nouns() -> dict[str, list[str]]:
+        return {"LOCATION": ["store", "market"], "OBJECT": ["milk", "eggs", "bread"]}
+
+
+@torch.inference_mode()
+def ioi_eval(model, dataset=None, batch_size: int = 8, num_samples: int = 1000, tokenizer=None,
+             symmetric: bool = False) -> dict[str, float]:
+    """Mean logit difference IO - S at the first token where the two names differ, and how often it is > 0."""
+    dataset = dataset or IOIDataset(tokenizer or model.tokenizer, num_samples=num_samples, symmetric=symmetric)
+    total_diff, total_correct = 0.0, 0
+    for start in range(0, len(dataset), batch_size):
+        items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+        prompts = torch.nn.utils.rnn.pad_sequence([item["prompt"] for item in items], batch_first=True)
+        logits = model(prompts, return_type="logits")  # [batch, pos, vocab]; right padding leaves rows intact
+        for row, item in enumerate(items):
+            n = min(len(item["IO"]), len(item["S"]))
+            io, s = item["IO"][:n], item["S"][:n]
+            first = int(torch.nonzero(io != s)[0])  # the first token where the names differ
+            position = len(item["prompt"]) - len(item["IO"]) + first - 1  # the token predicting it
+            diff = (logits[row, position, io[first]] - logits[row, position, s[first]]).item()
+            total_diff, total_correct = total_diff + diff, total_correct + (diff > 0)
+    return {"Logit Difference": total_diff / len(dataset), "Accuracy": total_correct / len(dataset)}
