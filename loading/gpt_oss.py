@@ -66,7 +66,8 @@ def convert_gpt_oss_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[s
         p, b = f"layers.{layer}.", f"blocks.{layer}."
         sd[b + "ln1.w"] = hf[p + "input_layernorm.weight"]
         sd.update({b + k: v for k, v in attention_weights(hf, p + "self_attn.", cfg).items()})
-        sd[b + "attn.sinks"] = hf[p + "self_attn.sinks"]  # [head]
+        if cfg.attn_sinks:  # a config without sinks (TransformerLens's GPT-OSS) has no parameter to fill
+            sd[b + "attn.sinks"] = hf[p + "self_attn.sinks"]  # [head]
         sd[b + "ln2.w"] = hf[p + "post_attention_layernorm.weight"]
         sd.update({b + "mlp." + k: v for k, v in gpt_oss_experts(hf, p + "mlp.", cfg).items()})
     sd["ln_final.w"] = hf["norm.weight"]
