@@ -275,3 +275,12 @@ def test_falcon_alibi_is_added_before_the_scaling_once():
     with torch.no_grad():
         assert max_abs(model(t), sdpa(t).logits) <= ATOL
         assert max_abs(model(t), eager(t).logits) > 1e-3
+
+
+def test_cases_cover_every_modern_family():
+    """The parity cases above build each of these HF classes (removing a family's last case fails here)."""
+    families = {
+        "CohereForCausalLM", "FalconForCausalLM", "GraniteForCausalLM", "LlamaForCausalLM", "OlmoForCausalLM",
+        "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Phi3ForCausalLM", "SmolLM3ForCausalLM",
+    }
+    assert {case[0] + "ForCausalLM" for case in CASES.values()} == families

@@ -280,3 +280,11 @@ def test_stacked_mlp_weights_point_to_the_experts(pair):
         with pytest.raises(NotImplementedError, match=f"experts\\[e\\].{name}.weight"):
             getattr(model, name)
     assert model.W_Q.shape[0] == model.cfg.n_layers  # attention weights still stack
+
+
+def test_configs_cover_every_moe_family():
+    """The parity configs above build each of these HF classes (removing a family's last config fails here)."""
+    families = {
+        "GptOssForCausalLM", "MixtralForCausalLM", "OlmoeForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+    }
+    assert {prefix + "ForCausalLM" for prefix, _ in CONFIGS.values()} == families
