@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import bias_or_zeros, heads_in, heads_out
+from loading.common import ACT_FN_NAMES, bias_or_zeros, heads_in, heads_out, hf_rope_parameters
 
 
 def layer_norm(hf: Mapping[str, torch.Tensor], key: str, name: str, size: int) -> dict[str, torch.Tensor]:
@@ -82,3 +82,28 @@ def partial_rotary_dim(hf: Any, d_head: int) -> int:
     if factor is None:
         factor = getattr(hf, "partial_rotary_factor", None) or getattr(hf, "rotary_pct", 1.0)
     return int(d_head * factor)
+
+
+def decoder_config(hf: Any, d_head: int) -> dict:
+    """The config fields every HF decoder names alike (`hidden_size`, `num_attention_heads`, ...)."""
+    return dict(
+        d_model=hf.hidden_size,
+        d_head=d_head,
+        n_heads=hf.num_attention_heads,
+        n_layers=hf.num_hidden_layers,
+        n_ctx=hf.max_position_embeddings,
+        d_mlp=hf.intermediate_size,
+        d_vocab=hf.vocab_size,
+        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
+    )
+
+
+def rotary_config(hf: Any, rotary_dim: int) -> dict:
+    """NeoX half-split rotary over the first `rotary_dim` dims, with the config's base and scaling."""
+    rotary_base, rotary_scaling = hf_rope_parameters(hf)
+    return dict(
+        positional_embedding_type="rotary",
+        rotary_dim=rotary_dim,
+        rotary_base=rotary_base,
+        rotary_scaling=rotary_scaling,
+    )

@@ -13,30 +13,28 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
-from loading.parts import dense_mlp, layer_norm, partial_rotary_dim, prefixed, projections, shared_layer_norm
+from loading.common import strip_prefix, unembed_weights
+from loading.parts import (
+    decoder_config,
+    dense_mlp,
+    layer_norm,
+    partial_rotary_dim,
+    prefixed,
+    projections,
+    rotary_config,
+    shared_layer_norm,
+)
 from loading.registry import register_architecture
 
 
 def convert_phi_config(hf: Any) -> dict:
     d_head = hf.hidden_size // hf.num_attention_heads
-    rotary_base, rotary_scaling = hf_rope_parameters(hf)
     return dict(
-        d_model=hf.hidden_size,
-        d_head=d_head,
-        n_heads=hf.num_attention_heads,
+        decoder_config(hf, d_head),
         n_key_value_heads=hf.num_key_value_heads or hf.num_attention_heads,
-        n_layers=hf.num_hidden_layers,
-        n_ctx=hf.max_position_embeddings,
-        d_mlp=hf.intermediate_size,
-        d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
         eps=hf.layer_norm_eps,
         normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=partial_rotary_dim(hf, d_head),
-        rotary_base=rotary_base,
-        rotary_scaling=rotary_scaling,
+        **rotary_config(hf, partial_rotary_dim(hf, d_head)),
         parallel_attn_mlp=True,
         use_qk_norm=hf.qk_layernorm,
         default_prepend_bos=False,

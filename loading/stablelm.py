@@ -17,32 +17,29 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
+from loading.common import strip_prefix, unembed_weights
 from loading.llama import gated_mlp_weights
-from loading.parts import layer_norm, partial_rotary_dim, prefixed, projections, shared_layer_norm
+from loading.parts import (
+    decoder_config,
+    layer_norm,
+    partial_rotary_dim,
+    prefixed,
+    projections,
+    rotary_config,
+    shared_layer_norm,
+)
 from loading.registry import register_architecture
 
 
 def convert_stablelm_config(hf: Any) -> dict:
     d_head = hf.hidden_size // hf.num_attention_heads
-    rotary_base, rotary_scaling = hf_rope_parameters(hf)
     return dict(
-        d_model=hf.hidden_size,
-        d_head=d_head,
-        n_heads=hf.num_attention_heads,
+        decoder_config(hf, d_head),
         n_key_value_heads=hf.num_key_value_heads,
-        n_layers=hf.num_hidden_layers,
-        n_ctx=hf.max_position_embeddings,
-        d_mlp=hf.intermediate_size,
-        d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
         gated_mlp=True,
         eps=hf.layer_norm_eps,
         normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=partial_rotary_dim(hf, d_head),
-        rotary_base=rotary_base,
-        rotary_scaling=rotary_scaling,
+        **rotary_config(hf, partial_rotary_dim(hf, d_head)),
         parallel_attn_mlp=hf.use_parallel_residual,
         use_qk_norm=hf.qk_layernorm,
         qk_norm_per_head=hf.qk_layernorm,

@@ -13,31 +13,20 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
+from loading.common import strip_prefix, unembed_weights
 from loading.llama import local_attention
-from loading.parts import dense_mlp, layer_norm, prefixed, projections
+from loading.parts import decoder_config, dense_mlp, layer_norm, prefixed, projections, rotary_config
 from loading.registry import register_architecture
 
 
 def convert_starcoder2_config(hf: Any) -> dict:
     d_head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-    rotary_base, rotary_scaling = hf_rope_parameters(hf)
     return dict(
-        d_model=hf.hidden_size,
-        d_head=d_head,
-        n_heads=hf.num_attention_heads,
+        decoder_config(hf, d_head),
         n_key_value_heads=hf.num_key_value_heads,
-        n_layers=hf.num_hidden_layers,
-        n_ctx=hf.max_position_embeddings,
-        d_mlp=hf.intermediate_size,
-        d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
         eps=hf.norm_epsilon,
         normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=d_head,
-        rotary_base=rotary_base,
-        rotary_scaling=rotary_scaling,
+        **rotary_config(hf, d_head),
         **local_attention(hf.sliding_window, [True] * hf.num_hidden_layers),
         default_prepend_bos=False,
         original_architecture="Starcoder2ForCausalLM",
