@@ -1,0 +1,186 @@
+"""hooked.viz pages in a real headless Chromium (the distribution's package, driven by Playwright):
+the labels a person reads are there, hovering highlights, the console stays clean, a screenshot is taken."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from hooked import HookedTransformer, HookedTransformerConfig
+from hooked.viz import activations_over_text, attention_patterns, direct_logit_attribution, logit_lens
+
+INSTALL = "apt-get install chromium && pip install 'playwright==1.65.2'"
+BROWSER = os.environ.get("HOOKED_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+if BROWSER is None or sync_playwright is None:
+    pytest.skip(f"the browser tests need Chromium and Playwright: {INSTALL}", allow_module_level=True)
+
+PROMPT = "The quick brown fox jumps over the lazy dog."
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    cfg = HookedTransformerConfig(
+        d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=64, d_vocab=len(tokenizer), d_mlp=64,
+        act_fn="gelu", normalization_type="LN", seed=0,
+    )
+    return HookedTransformer(cfg, tokenizer=tokenizer).eval()
+
+
+@pytest.fixture(scope="module")
+def run(model):
+    tokens = model.to_tokens(PROMPT)
+    _, cache = model.run_with_cache(tokens)
+    return model.to_str_tokens(tokens[0]), cache
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=BROWSER, headless=True, args=["--no-sandbox"], timeout=60_000)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_view(browser, tmp_path):
+    """Save a view, open the file, and return (page, console errors); a screenshot must come out of it."""
+    pages = []
+
+    def open_(view, name: str):
+        """`view` is a View, or the path of a page already written."""
+        path = view if isinstance(view, Path) else view.save(tmp_path / f"{name}.html")
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        errors = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(path.resolve().as_uri())
+        page.wait_for_selector("section")
+        pages.append((page, errors, tmp_path / f"{name}.png"))
+        return page, errors
+
+    yield open_
+    for page, errors, png in pages:
+        page.screenshot(path=str(png), full_page=True)
+        assert png.read_bytes().startswith(PNG) and png.stat().st_size > 2000, png
+        assert errors == [], errors
+        page.close()
+
+
+def shown(tokens: list[str]) -> list[str]:
+    return [t.replace("\n", "\\n") for t in tokens]
+
+
+def highlighted(page, selector: str) -> list[str]:
+    return page.eval_on_selector_all(selector, "els => els.filter(e => e.classList.contains('hl')).map(e => e.title)")
+
+
+def test_attention_hover_follows_the_token(open_view, model, run):
+    str_tokens, cache = run
+    page, errors = open_view(attention_patterns(model, cache, 1), "attention")
+    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator(".head").count() == 4 and "L1H2" in page.inner_text("section")
+    n = len(str_tokens)
+    assert highlighted(page, "td.c") == []
+    page.hover(".tok >> nth=2")
+    first = highlighted(page, "td.c")
+    assert len(first) == 4 * (2 * n - 1)  # row and column of token 2 in every head
+    page.hover(".tok >> nth=5")
+    second = highlighted(page, "td.c")
+    assert len(second) == 4 * (2 * n - 1) and set(second) != set(first)
+    assert str_tokens[5] in page.inner_text(".info")
+    assert errors == []
+
+
+def test_logit_lens_hover_shows_the_top_token(open_view, model, run):
+    str_tokens, cache = run
+    view = logit_lens(model, cache, target=" the")
+    page, errors = open_view(view, "logit_lens")
+    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator("th.r").all_inner_texts() == ["0_pre", "1_pre", "final_post"]
+    page.hover(".tok >> nth=3")
+    column = highlighted(page, "td.c")
+    assert len(column) == 3 and all(f"@ {json.dumps(str_tokens[3], ensure_ascii=False)}:" in t for t in column)
+    page.hover("td.c >> nth=4")
+    top = view.data["top_tokens"][0][4]
+    assert "top" in page.inner_text(".info") and top.strip() in page.inner_text(".info")
+    assert highlighted(page, "td.c") != column
+    assert errors == []
+
+
+def test_attribution_bars_in_sorted_order(open_view, model, run):
+    _, cache = run
+    view = direct_logit_attribution(model, cache, " the", per="layer")
+    page, errors = open_view(view, "dla")
+    assert page.locator(".bar-label").all_inner_texts() == view.data["labels"]
+    page.hover(".bar-row >> nth=1")
+    assert view.data["labels"][1] in page.inner_text(".info")
+    assert page.eval_on_selector_all(".bar-row", "rs => rs.filter(r => r.classList.contains('hl')).length") == 1
+    assert errors == []
+
+
+def test_text_strip_colours_and_hover(open_view, model, run):
+    str_tokens, cache = run
+    values = cache["post", 0][0, :, 1]
+    page, errors = open_view(activations_over_text(str_tokens, values), "text")
+    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    colours = page.eval_on_selector_all(".tok", "ts => ts.map(t => getComputedStyle(t).backgroundColor)")
+    assert len(set(colours)) > 1
+    page.hover(".tok >> nth=4")
+    assert str(float(values[4]))[:6] in page.inner_text(".info")
+    assert highlighted(page, ".tok") == [page.get_attribute(".tok >> nth=4", "title")]
+    assert errors == []
+
+
+def test_long_inputs_are_capped_and_said_so(open_view, model, tokenizer):
+    long_prompt = " ".join([PROMPT] * 12)
+    tokens = model.to_tokens(long_prompt, truncate=False)[:, :64]
+    _, cache = model.run_with_cache(tokens)
+    view = attention_patterns(model, cache, 0, max_pos=16, max_heads=2) + logit_lens(model, cache, max_pos=20)
+    page, errors = open_view(view, "capped")
+    notes = page.locator(".note").all_inner_texts()
+    assert any("last 16 of 64 positions" in n for n in notes) and any("2 of 4 heads" in n for n in notes)
+    assert any("last 20 of 64 positions" in n for n in notes)
+    assert page.locator("td.c").count() == 2 * 16 * 16 + 3 * 20
+    assert errors == []
+
+
+def test_cli_report_page(open_view, tmp_path, capsys):
+    """`hooked inspect ... --html` on a tiny checkpoint: the page has all views and runs cleanly."""
+    from hooked.cli import main
+    from tests.helpers import make_tokenizer, tiny_gpt2
+
+    ckpt = tmp_path / "ckpt"
+    tiny_gpt2().save_pretrained(ckpt, safe_serialization=True)
+    make_tokenizer().save_pretrained(ckpt)
+    out = tmp_path / "report.html"
+    assert main(["inspect", PROMPT, "--model", str(ckpt), "--html", str(out)]) == 0
+    assert "Top next tokens" in capsys.readouterr().out
+    page, errors = open_view(out, "report")
+    kinds = page.eval_on_selector_all("section", "ss => ss.map(s => s.dataset.kind)")
+    assert kinds == ["logit_lens", "attention", "bars", "bars", "text"]
+    assert " quick" in page.locator("section[data-kind=attention] .tok").all_inner_texts()
+    assert errors == []
+
+
+def test_console_errors_are_caught(browser):
+    """The error hook used above does see a failing script (so the clean-console checks can fail)."""
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.set_content("<script>undefinedFunction()</script>")
+    page.wait_for_timeout(50)
+    page.close()
+    assert errors and "undefinedFunction" in errors[0]
+
+
+torch.set_num_threads(1)
