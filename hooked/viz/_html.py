@@ -83,7 +83,8 @@ R.logit_lens=function(v,sec){
   const strip=tokenStrip(v.tokens,null,i=>{highlight(cells,c=>+c.dataset.p===i);
     highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);});
   sec.appendChild(strip);
-  const tb=el('table','grid');
+  const tb=el('table','grid'), hr=el('tr');hr.appendChild(el('th',''));
+  v.tokens.forEach(t=>hr.appendChild(el('th','col',show(t))));tb.appendChild(hr);
   v.layers.forEach((lab,l)=>{const tr=el('tr');tr.appendChild(el('th','r',lab));
     for(let p=0;p<P;p++){const td=el('td','c wide');const x=v.values[l][p];
       td.style.background=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);

@@ -78,7 +78,9 @@ def logit_lens(
     decode = _decoder(model, torch.cat([ids, top_id.reshape(-1)]))
     data = {
         "kind": "logit_lens",
-        "title": f"Logit lens: {mode} of the target token",
+        "title": f"Logit lens: {'probability' if mode == 'prob' else 'rank'} of "
+        + (f"{decode(ids[0])!r}" if target is not None and ids.unique().numel() == 1 else "each position's target")
+        + (" (the model's final prediction there)" if target is None else ""),
         "mode": mode,
         "layers": layers,
         "positions": list(range(keep.start, keep.stop)),
