@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from jaxtyping import Int
+import torch.nn as nn
+from jaxtyping import Float, Int
 
 from hooked.errors import InputError
 from hooked.viz._common import floats, one_sequence, str_tokens_for, window
@@ -30,6 +31,21 @@ def _targets(model, cache, target, keep: slice) -> torch.Tensor:
     return ids[keep]
 
 
+def _unembed(model, resid: Float[torch.Tensor, "pos d_model"]) -> Float[torch.Tensor, "pos d_vocab"]:
+    """One layer's lens logits, as `cache.logit_lens()` makes them: `ln_final` on this stream, then `unembed`."""
+    norm = getattr(model, "ln_final", nn.Identity())
+    return model.unembed(norm(resid[None]))[0].float()  # [pos, d_vocab]
+
+
+def _lens_row(logits: Float[torch.Tensor, "pos d_vocab"], ids: Int[torch.Tensor, "pos"], mode: str):
+    """The target's probability (or rank) at each position, and the top token with its probability."""
+    target_logit = logits.gather(-1, ids[:, None])  # [pos, 1]
+    probs = logits.softmax(-1)  # [pos, d_vocab]
+    value = probs.gather(-1, ids[:, None])[:, 0] if mode == "prob" else (logits > target_logit).sum(-1)
+    top_p, top_id = probs.max(-1)  # [pos]
+    return value, top_p, top_id
+
+
 def _decoder(model, ids: torch.Tensor):
     """id -> string for every id in `ids`, decoded once each (`#id` without a tokenizer)."""
     unique = ids.unique().tolist()
@@ -52,7 +68,8 @@ def logit_lens(
 ) -> View:
     """Unembed the residual stream before each layer (and the final one) at every position.
 
-    Uses `cache.logit_lens()` (each layer through `ln_final`, then `W_U`). A cell holds the
+    Like `cache.logit_lens()` (each layer through `ln_final`, then `W_U`), one layer at a time
+    so that a long prompt never holds every layer's full-vocabulary logits at once. A cell holds the
     probability (`mode="prob"`) or rank (0 = top, `mode="rank"`) of `target` (default: the
     model's final prediction at that position); hovering shows that layer's top token.
     """
@@ -61,20 +78,16 @@ def logit_lens(
     cache = one_sequence(cache, batch_index)
     labels = str_tokens_for(model, cache, tokens)
     keep, note = window(len(labels), max_pos)
-    logits, layers = cache.logit_lens(pos_slice=keep, return_labels=True)  # [layer, pos, d_vocab]
-    logits = logits.float()
+    stack, layers = cache.accumulated_resid(pos_slice=keep, return_labels=True)  # [layer, pos, d_model]
     ids = _targets(model, cache, target, keep)
     if ids.numel() == 0:
-        ids = logits[-1].argmax(-1)  # [pos]
-    ids = ids.to(logits.device)
-    check = max(model.cfg.d_vocab_out, 1)
-    if int(ids.min()) < 0 or int(ids.max()) >= check:
-        raise InputError(f"target id {int(ids.max() if ids.max() >= check else ids.min())} is outside [0, {check})")
-    probs = logits.softmax(-1)  # [layer, pos, d_vocab]
-    index = ids[None, :, None].expand(len(layers), -1, 1)  # [layer, pos, 1]
-    target_logit = logits.gather(-1, index)  # [layer, pos, 1]
-    values = probs.gather(-1, index)[..., 0] if mode == "prob" else (logits > target_logit).sum(-1)  # [layer, pos]
-    top_p, top_id = probs.max(-1)  # [layer, pos]
+        ids = _unembed(model, stack[-1]).argmax(-1)  # [pos]: the model's own prediction
+    ids = ids.to(stack.device)
+    n_out = model.cfg.d_vocab_out
+    if int(ids.min()) < 0 or int(ids.max()) >= n_out:
+        raise InputError(f"target id {int(ids.max() if ids.max() >= n_out else ids.min())} is outside [0, {n_out})")
+    rows = [_lens_row(_unembed(model, resid), ids, mode) for resid in stack]  # one layer at a time: [pos, d_vocab]
+    values, top_p, top_id = (torch.stack(r) for r in zip(*rows))  # [layer, pos] each
     decode = _decoder(model, torch.cat([ids, top_id.reshape(-1)]))
     data = {
         "kind": "logit_lens",
@@ -91,7 +104,7 @@ def logit_lens(
         "top_tokens": [[decode(i) for i in row] for row in top_id],
         "top_ids": top_id.tolist(),
         "top_probs": floats(top_p),
-        "d_vocab": int(logits.shape[-1]),
+        "d_vocab": n_out,
         "notes": [note] if note else [],
     }
     return View([data], data["title"])
