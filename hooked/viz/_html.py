@@ -25,6 +25,7 @@ _CSS = """
 .hv .grid td,.hv .grid th{padding:0;font-weight:normal;font-size:10px}
 .hv .grid td.c{width:14px;height:14px;border:1px solid #fff}
 .hv .grid td.c.hl{border:1px solid #d33}
+.hv canvas.pattern{display:block;cursor:crosshair}
 .hv .grid td.wide{width:34px;text-align:center;font-size:9px}
 .hv .grid th.r{text-align:right;padding-right:4px;white-space:pre;font-family:ui-monospace,Menlo,Consolas,monospace}
 .hv .grid th.col{writing-mode:vertical-rl;transform:rotate(180deg);white-space:pre;height:auto;
@@ -56,44 +57,55 @@ function tokenStrip(toks,colors,onHover,title){
 function highlight(nodes,pred){nodes.forEach(n=>n.classList.toggle('hl',pred(n)));}
 const R={};
 R.attention=function(v,sec){
-  const info=el('div','info','hover a token: its row (what it attends to) and column (who attends to it)');
-  const P=v.tokens.length, cells=[];
-  const strip=tokenStrip(v.tokens,null,i=>{
-    highlight(cells,c=>+c.dataset.q===i||+c.dataset.k===i);
-    highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);
-    const parts=v.heads.map((h,hi)=>{let b=0;for(let k=1;k<P;k++)if(v.patterns[hi][i][k]>v.patterns[hi][i][b])b=k;
-      return h+'→'+JSON.stringify(v.tokens[b])+' '+v.patterns[hi][i][b].toFixed(2);});
-    info.textContent='from '+JSON.stringify(v.tokens[i])+': '+parts.slice(0,8).join('  ');
-  });
+  // one canvas per head (a DOM cell per weight would freeze the page on long prompts)
+  const info=el('div','info','hover a token: its row (what it attends to) and column (who attends to it) in every head');
+  const P=v.tokens.length, C=Math.max(4,Math.min(14,Math.floor(448/P))), heads=[];
+  function draw(hd,sel){const ctx=hd.cv.getContext('2d');ctx.clearRect(0,0,hd.cv.width,hd.cv.height);
+    ctx.drawImage(hd.base,0,0);hd.cv.dataset.highlight=sel===null?'':String(sel);
+    if(sel===null)return;ctx.strokeStyle='#d33';ctx.lineWidth=2;
+    ctx.strokeRect(1,sel*C,P*C-2,C);ctx.strokeRect(sel*C,1,C,P*C-2);}
+  let stripToks=null;
+  function select(i){heads.forEach(hd=>draw(hd,i));highlight(stripToks,n=>+n.dataset.pos===i);
+    const parts=v.heads.map((h,hi)=>{const row=v.patterns[hi][i];let b=0;for(let k=1;k<P;k++)if(row[k]>row[b])b=k;
+      return h+'→'+JSON.stringify(v.tokens[b])+' '+fmt(row[b]);});
+    info.textContent='from '+JSON.stringify(v.tokens[i])+': '+parts.slice(0,8).join('  ')+(parts.length>8?' …':'');}
+  const strip=tokenStrip(v.tokens,null,select);stripToks=Array.from(strip.querySelectorAll('.tok'));
   sec.appendChild(strip);sec.appendChild(info);
   v.heads.forEach((h,hi)=>{
     const box=el('div','head');box.appendChild(el('div','',h));
-    const tb=el('table','grid');
-    for(let q=0;q<P;q++){const tr=el('tr');
-      for(let k=0;k<P;k++){const td=el('td','c');const w=v.patterns[hi][q][k];td.style.background=blue(w);
-        td.dataset.q=q;td.dataset.k=k;td.title=h+' '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+': '+fmt(w);
-        tr.appendChild(td);cells.push(td);}
-      tb.appendChild(tr);}
-    box.appendChild(tb);sec.appendChild(box);
+    const cv=el('canvas','pattern');cv.width=cv.height=P*C;cv.dataset.head=h;
+    const base=document.createElement('canvas');base.width=base.height=P*C;const bx=base.getContext('2d');
+    for(let q=0;q<P;q++)for(let k=0;k<P;k++){const w=v.patterns[hi][q][k];if(!w)continue;
+      bx.fillStyle=blue(w);bx.fillRect(k*C,q*C,C-(C>5?1:0),C-(C>5?1:0));}
+    const hd={cv:cv,base:base};heads.push(hd);draw(hd,null);
+    cv.addEventListener('mousemove',e=>{const r=cv.getBoundingClientRect();
+      const q=Math.min(P-1,Math.floor((e.clientY-r.top)/C)),k=Math.min(P-1,Math.floor((e.clientX-r.left)/C));
+      info.textContent=h+': '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+' '+fmt(v.patterns[hi][q][k]);});
+    box.appendChild(cv);sec.appendChild(box);
   });
 };
 R.logit_lens=function(v,sec){
   const info=el('div','info','hover a cell: the top token the layer predicts there');
-  const cells=[], P=v.tokens.length, rank=v.mode==='rank';
-  const strip=tokenStrip(v.tokens,null,i=>{highlight(cells,c=>+c.dataset.p===i);
+  const cells=[], P=v.tokens.length, rank=v.mode==='rank', cols=v.tokens.map(()=>[]);let lit=[];
+  function light(list){lit.forEach(c=>c.classList.remove('hl'));list.forEach(c=>c.classList.add('hl'));lit=list;}
+  const strip=tokenStrip(v.tokens,null,i=>{light(cols[i]);
     highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);});
   sec.appendChild(strip);
-  const tb=el('table','grid'), hr=el('tr');hr.appendChild(el('th',''));
-  v.tokens.forEach(t=>hr.appendChild(el('th','col',show(t))));tb.appendChild(hr);
-  v.layers.forEach((lab,l)=>{const tr=el('tr');tr.appendChild(el('th','r',lab));
-    for(let p=0;p<P;p++){const td=el('td','c wide');const x=v.values[l][p];
-      td.style.background=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);
-      td.textContent=rank?String(x):(x*100).toFixed(0);td.dataset.l=l;td.dataset.p=p;
-      const msg=lab+' @ '+JSON.stringify(v.tokens[p])+': '+v.target_label(p)+' '+(rank?'rank '+x:'p='+fmt(x))+
-        ' | top '+JSON.stringify(v.top_tokens[l][p])+' p='+fmt(v.top_probs[l][p]);
-      td.title=msg;td.addEventListener('mouseenter',()=>{info.textContent=msg;highlight(cells,c=>c===td);});
-      tr.appendChild(td);cells.push(td);}
-    tb.appendChild(tr);});
+  // built as one HTML string: thousands of cells through the DOM API take seconds
+  const esc=t=>t.replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');
+  const rows=['<tr><th></th>'+v.tokens.map(t=>'<th class="col">'+esc(show(t))+'</th>').join('')+'</tr>'];
+  v.layers.forEach((lab,l)=>{const r=['<tr><th class="r">'+esc(lab)+'</th>'];
+    for(let p=0;p<P;p++){const x=v.values[l][p];
+      const bg=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);
+      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+(rank?String(x):(x*100).toFixed(0))+'</td>');}
+    rows.push(r.join('')+'</tr>');});
+  const tb=el('table','grid');tb.innerHTML=rows.join('');
+  tb.querySelectorAll('td.c').forEach(td=>{cells.push(td);cols[+td.dataset.p].push(td);});
+  // one listener for the table (thousands of cells): the message is built for the hovered cell only
+  tb.addEventListener('mouseover',e=>{const td=e.target.closest('td.c');if(!td)return;
+    const l=+td.dataset.l,p=+td.dataset.p,x=v.values[l][p];
+    info.textContent=v.layers[l]+' @ '+JSON.stringify(v.tokens[p])+': '+v.target_label(p)+' '+(rank?'rank '+x:'p='+fmt(x))+
+      ' | top '+JSON.stringify(v.top_tokens[l][p])+' p='+fmt(v.top_probs[l][p]);light([td]);});
   sec.appendChild(tb);sec.appendChild(info);
 };
 R.bars=function(v,sec){

@@ -84,20 +84,37 @@ def highlighted(page, selector: str) -> list[str]:
     return page.eval_on_selector_all(selector, "els => els.filter(e => e.classList.contains('hl')).map(e => e.title)")
 
 
+RED = (221, 51, 51)
+PIXEL = """([sel, x, y]) => Array.from(document.querySelector(sel).getContext('2d').getImageData(x, y, 1, 1).data)"""
+
+
+def pixel(page, selector: str, x: int, y: int) -> tuple[int, ...]:
+    return tuple(page.evaluate(PIXEL, [selector, x, y])[:3])
+
+
 def test_attention_hover_follows_the_token(open_view, model, run):
     str_tokens, cache = run
     page, errors = open_view(attention_patterns(model, cache, 1), "attention")
-    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
-    assert page.locator(".head").count() == 4 and "L1H2" in page.inner_text("section")
+    assert page.locator("section[data-kind=attention] .tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator("canvas.pattern").count() == 4 and "L1H2" in page.inner_text("section")
     n = len(str_tokens)
-    assert highlighted(page, "td.c") == []
-    page.hover(".tok >> nth=2")
-    first = highlighted(page, "td.c")
-    assert len(first) == 4 * (2 * n - 1)  # row and column of token 2 in every head
-    page.hover(".tok >> nth=5")
-    second = highlighted(page, "td.c")
-    assert len(second) == 4 * (2 * n - 1) and set(second) != set(first)
+    cell = page.evaluate("() => document.querySelector('canvas.pattern').width") // n
+    heads = "canvas.pattern >> nth=2"
+    before = page.evaluate("() => Array.from(document.querySelectorAll('canvas.pattern')).map(c => c.toDataURL())")
+    row_2, row_5 = (1, 2 * cell), (1, 5 * cell)  # points on the red frame drawn around row 2 / row 5
+    assert pixel(page, "canvas.pattern", *row_2) != RED
+    page.hover("section[data-kind=attention] .tok >> nth=2")
+    after = page.evaluate("() => Array.from(document.querySelectorAll('canvas.pattern')).map(c => c.toDataURL())")
+    assert all(a != b for a, b in zip(before, after))  # every head's picture changed
+    assert pixel(page, "canvas.pattern", *row_2) == RED and pixel(page, "canvas.pattern", *row_5) != RED
+    assert page.eval_on_selector_all("canvas.pattern", "cs => cs.map(c => c.dataset.highlight)") == ["2"] * 4
+    page.hover("section[data-kind=attention] .tok >> nth=5")
+    assert pixel(page, "canvas.pattern", *row_5) == RED and pixel(page, "canvas.pattern", *row_2) != RED
     assert str_tokens[5] in page.inner_text(".info")
+    # hovering a cell names the pair and its weight
+    page.hover(heads, position={"x": 3 * cell + cell / 2, "y": 7 * cell + cell / 2})
+    weight = float(cache["pattern", 1][0, 2, 7, 3])
+    assert page.inner_text(".info").startswith("L1H2: ") and f"{weight:.4f}" in page.inner_text(".info")
     assert errors == []
 
 
@@ -106,14 +123,17 @@ def test_logit_lens_hover_shows_the_top_token(open_view, model, run):
     view = logit_lens(model, cache, target=" the")
     page, errors = open_view(view, "logit_lens")
     assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator("th.col").all_inner_texts() == shown(str_tokens)
     assert page.locator("th.r").all_inner_texts() == ["0_pre", "1_pre", "final_post"]
     page.hover(".tok >> nth=3")
-    column = highlighted(page, "td.c")
-    assert len(column) == 3 and all(f"@ {json.dumps(str_tokens[3], ensure_ascii=False)}:" in t for t in column)
+    lit = "els => els.filter(e => e.classList.contains('hl')).map(e => e.dataset.l + ',' + e.dataset.p)"
+    column = page.eval_on_selector_all("td.c", lit)
+    assert column == ["0,3", "1,3", "2,3"]
     page.hover("td.c >> nth=4")
     top = view.data["top_tokens"][0][4]
-    assert "top" in page.inner_text(".info") and top.strip() in page.inner_text(".info")
-    assert highlighted(page, "td.c") != column
+    info = page.inner_text(".info")
+    assert info.startswith(f"0_pre @ {json.dumps(str_tokens[4], ensure_ascii=False)}: ") and top.strip() in info
+    assert page.eval_on_selector_all("td.c", lit) == ["0,4"]
     assert errors == []
 
 
@@ -150,7 +170,8 @@ def test_long_inputs_are_capped_and_said_so(open_view, model, tokenizer):
     notes = page.locator(".note").all_inner_texts()
     assert any("last 16 of 64 positions" in n for n in notes) and any("2 of 4 heads" in n for n in notes)
     assert any("last 20 of 64 positions" in n for n in notes)
-    assert page.locator("td.c").count() == 2 * 16 * 16 + 3 * 20
+    assert page.locator("canvas.pattern").count() == 2 and page.locator("td.c").count() == 3 * 20
+    assert page.evaluate("() => document.querySelector('canvas.pattern').width") % 16 == 0
     assert errors == []
 
 
