@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - depends on the machine
 if BROWSER is None or sync_playwright is None:
     pytest.skip(f"the browser tests need Chromium and Playwright: {INSTALL}", allow_module_level=True)
 
+torch.set_num_threads(1)
 PROMPT = "The quick brown fox jumps over the lazy dog."
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -205,4 +206,15 @@ def test_console_errors_are_caught(browser):
     assert errors and "undefinedFunction" in errors[0]
 
 
-torch.set_num_threads(1)
+
+def test_notebook_outputs_side_by_side(open_view, model, run, tmp_path):
+    """Two `_repr_html_` fragments in one document (as in a notebook) each draw their own view."""
+    str_tokens, cache = run
+    fragments = [activations_over_text(str_tokens, cache["post", 1][0, :, 0])._repr_html_(),
+                 direct_logit_attribution(model, cache, 5, per="layer")._repr_html_()]
+    path = tmp_path / "notebook.html"
+    path.write_text("<!DOCTYPE html><meta charset='utf-8'><body>" + "".join(fragments) + "</body>")
+    page, errors = open_view(path, "notebook")
+    assert page.eval_on_selector_all("section", "ss => ss.map(s => s.dataset.kind)") == ["text", "bars"]
+    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert errors == []

@@ -187,7 +187,17 @@ def test_page_is_self_contained_and_escapes_script_text(tmp_path):
     assert view._repr_html_().startswith('<div class="hv"')
 
 
-def test_prompt_views_has_every_kind(model):
-    view = prompt_views(model, PROMPT)
-    kinds = [v["kind"] for v in embedded_data(view.html)]
-    assert kinds == ["logit_lens", "attention", "bars", "bars", "text"]
+def test_prompt_views_has_every_kind(model, run):
+    tokens, logits, cache = run
+    lens, attention, heads, layers, text = embedded_data(prompt_views(model, PROMPT).html)
+    assert [lens["kind"], attention["kind"], heads["kind"], layers["kind"], text["kind"]] == [
+        "logit_lens", "attention", "bars", "bars", "text"
+    ]
+    # the attention layer holds the head attending most sharply from the last position (first token excluded)
+    sharpest = torch.stack([cache["pattern", l][0, :, -1, 1:].max(-1).values for l in range(2)])  # [layer, head]
+    assert attention["layer"] == int(sharpest.flatten().argmax()) // model.cfg.n_heads
+    answer = int(logits[0, -1].argmax())
+    assert heads["answer_id"] == layers["answer_id"] == answer and (heads["per"], layers["per"]) == ("head", "layer")
+    log_probs = logits[0, :-1].log_softmax(-1).gather(-1, tokens[0, 1:, None])[:, 0]
+    assert text["values"][0] is None
+    torch.testing.assert_close(torch.tensor(text["values"][1:]), log_probs, **CLOSE)
