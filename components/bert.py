@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from components.activations import get_activation
 from components.attention import Attention
 from components.embed import Embed, PosEmbed
 from components.forward_state import ForwardState
@@ -137,14 +138,14 @@ def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torc
 
 
 class BertMLMHead(nn.Module):
-    """The masked-LM transform before the unembedding: `ln(gelu(x W + b))`."""
+    """The masked-LM transform before the unembedding: `ln(act(x W + b))`, `act` being the MLP's (GELU for BERT)."""
 
     def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
         cfg = HookedTransformerConfig.unwrap(cfg)
         self.W = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
-        self.act_fn = nn.GELU()
+        self.act_fn = get_activation(cfg.act_fn)
         self.ln = LayerNorm(cfg)
 
     def forward(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
