@@ -150,8 +150,11 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
             one_zero_attention_mask = mask if one_zero_attention_mask is None else one_zero_attention_mask
         else:
             tokens = input
-        self._need_head("mlm", "masked-LM logits")
+        if return_type is not None:
+            self._need_head("mlm", "masked-LM logits")
         resid = self.encoder_output(tokens, token_type_ids, one_zero_attention_mask)
+        if "mlm" in self.missing_heads:  # return_type=None on a base model: run for the hooks only
+            return None
         logits = self.unembed(self.mlm_head(resid))  # [batch, pos, d_vocab]
         if return_type == "predictions":
             return self._predictions(tokens, logits)
