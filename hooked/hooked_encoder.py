@@ -104,13 +104,14 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
     def to_tokens(
         self, input: str | list[str], move_to_device: bool = True, truncate: bool = True
     ) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
-        """`(tokens, token_type_ids, attention_mask)`, right-padded, truncated to `n_ctx`."""
+        """`(tokens, token_type_ids, attention_mask)`, padded as the tokenizer pads (BERT: right), truncated to `n_ctx`."""
         if self.tokenizer is None:
             raise InputError("Cannot use to_tokens without a tokenizer: pass tokenizer= to HookedEncoder")
         enc = self.tokenizer(
             input, return_tensors="pt", padding=True, truncation=truncate, max_length=self.cfg.n_ctx if truncate else None
         )
-        out = (enc["input_ids"], enc["token_type_ids"], enc["attention_mask"])
+        types = enc.get("token_type_ids")  # tokenizers without segments (RoBERTa-style) return none: all 0
+        out = (enc["input_ids"], torch.zeros_like(enc["input_ids"]) if types is None else types, enc["attention_mask"])
         return tuple(t.to(self.cfg.device) for t in out) if move_to_device else out
 
     # -- forward -----------------------------------------------------------------------
