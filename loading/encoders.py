@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from loading import bert
+from loading import bert, distilbert
 from loading.checkpoint import load_tokenizer
 from loading.pretrained import hf_architecture, resolve_source
 from loading.registry import Architecture
@@ -17,7 +17,11 @@ from loading.validation import check_converted_shapes, convert_checked, to_dtype
 logger = logging.getLogger(__name__)
 
 ENCODER_ARCHITECTURES: dict[str, Architecture] = {
-    name: Architecture(name, bert.convert_bert_config, bert.convert_bert_weights) for name in bert.BERT_CLASSES
+    **{name: Architecture(name, bert.convert_bert_config, bert.convert_bert_weights) for name in bert.BERT_CLASSES},
+    **{
+        name: Architecture(name, distilbert.convert_distilbert_config, distilbert.convert_distilbert_weights)
+        for name in distilbert.DISTILBERT_CLASSES
+    },
 }
 
 HUB_ARGS = ("revision", "token", "cache_dir", "local_files_only")

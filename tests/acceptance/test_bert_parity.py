@@ -70,8 +70,9 @@ def hf_outputs(hf, tokens, types, mask):
 def test_every_bert_class_is_registered():
     from loading.encoders import ENCODER_ARCHITECTURES
 
-    assert set(CLASSES) <= set(ENCODER_ARCHITECTURES)
-    assert not set(CLASSES) & set(__import__("loading").ARCHITECTURES)  # never loads into HookedTransformer
+    covered = set(CLASSES) | {"DistilBertForMaskedLM", "DistilBertModel"}
+    assert covered == set(ENCODER_ARCHITECTURES)  # a class losing its parity case fails here
+    assert not covered & set(__import__("loading").ARCHITECTURES)  # never loads into HookedTransformer
 
 
 def test_every_block_output_matches_hf(pair):
@@ -184,3 +185,41 @@ def test_tanh_gelu_variant_matches_hf():
         logits = model(tokens, token_type_ids=types, one_zero_attention_mask=mask)
     assert model.cfg.act_fn == "gelu_new"
     assert max_abs(logits, out.logits) <= ATOL
+
+
+# -- DistilBERT: the same blocks without token types ----------------------------------------
+
+
+def tiny_distilbert(cls_name: str, seed: int = 0):
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                           max_position_embeddings=32, pad_token_id=0, attn_implementation="eager")
+    hf = getattr(transformers, cls_name)(config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "layer_norm.weight" in name or "LayerNorm.weight" in name:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if name.endswith(("q_lin.weight", "k_lin.weight")) else 0.1)
+    return hf
+
+
+@pytest.mark.parametrize("cls_name", ["DistilBertForMaskedLM", "DistilBertModel"])
+def test_distilbert_matches_hf(cls_name, tmp_path):
+    hf = tiny_distilbert(cls_name, seed=19)
+    hf.save_pretrained(tmp_path)
+    model = HookedEncoder.from_pretrained(str(tmp_path), device="cpu")
+    tokens, _, mask = batch(6)
+    with torch.no_grad():
+        out = hf(tokens, attention_mask=mask, output_hidden_states=True)
+    logits, cache = model.run_with_cache(tokens, return_type=None if "mlm" in model.missing_heads else "logits",
+                                         one_zero_attention_mask=mask)
+    for layer in range(model.cfg.n_layers):
+        assert max_abs(cache[f"blocks.{layer}.hook_normalized_resid_post"], out.hidden_states[layer + 1]) <= ATOL
+    if cls_name == "DistilBertModel":
+        assert model.missing_heads == {"mlm", "pooler", "nsp"} and logits is None
+    else:
+        assert model.missing_heads == {"pooler", "nsp"}
+        assert max_abs(logits, out.logits) <= ATOL

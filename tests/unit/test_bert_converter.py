@@ -79,3 +79,20 @@ def test_unknown_from_pretrained_arguments_are_refused():
 
     with pytest.raises(TypeError, match="fold_lnn"):
         HookedEncoder.from_pretrained("any", fold_lnn=True)
+
+
+def test_distilbert_converts_with_zero_token_types():
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    from hooked.config import HookedTransformerConfig
+    from loading.distilbert import convert_distilbert_config, convert_distilbert_weights
+
+    hf = DistilBertForMaskedLM(DistilBertConfig(vocab_size=20, dim=8, n_layers=1, n_heads=2, hidden_dim=16,
+                                                max_position_embeddings=10))
+    fields = convert_distilbert_config(hf.config)
+    assert fields["eps"] == 1e-12 and fields["attention_dir"] == "bidirectional"
+    sd = convert_distilbert_weights(hf.state_dict(), HookedTransformerConfig.from_dict(fields))
+    assert not sd["embed.token_type_embed.W_token_type"].any()
+    assert present_heads(sd) == {"mlm"}
+    torch.testing.assert_close(sd["blocks.0.ln1.w"], hf.distilbert.transformer.layer[0].sa_layer_norm.weight,
+                               atol=0, rtol=0)
