@@ -89,16 +89,31 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
                 nn.init.zeros_(p)
 
     @classmethod
-    def from_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kwargs) -> HookedEncoder:
-        """Load a BERT checkpoint: a local HF directory (safetensors), or `hf_model=` an in-memory HF model.
+    def from_pretrained(
+        cls,
+        model_name: str,
+        checkpoint_index: int | None = None,
+        checkpoint_value: int | None = None,
+        hf_model=None,
+        device: str | None = None,
+        tokenizer=None,
+        move_to_device: bool = True,
+        dtype=torch.float32,
+        **from_pretrained_kwargs,
+    ) -> HookedEncoder:
+        """Load a BERT checkpoint: a local HF directory (safetensors), a hub id in the HF cache, or `hf_model=`.
 
-        Accepts `BertForMaskedLM`, `BertForPreTraining`, `BertForNextSentencePrediction` and
-        `BertModel`; heads the checkpoint lacks are listed in `model.missing_heads` and
-        refuse to run. No weight processing is applied (post-LN blocks have nothing to fold).
+        Accepts BERT (`BertForPreTraining`, `BertForMaskedLM`, `BertForNextSentencePrediction`,
+        `BertModel`) and DistilBERT; heads the checkpoint lacks are listed in
+        `model.missing_heads` and refuse to run. No weight processing is applied (post-LN
+        blocks have nothing to fold), as in TransformerLens.
         """
         from loading.encoders import load_encoder
 
-        return load_encoder(cls, model_name, hf_model=hf_model, tokenizer=tokenizer, **kwargs)
+        if checkpoint_index is not None or checkpoint_value is not None:
+            raise NotImplementedError("HookedEncoder has no training checkpoints to choose from: drop checkpoint_*")
+        return load_encoder(cls, model_name, hf_model=hf_model, tokenizer=tokenizer, device=device,
+                            move_to_device=move_to_device, dtype=dtype, **from_pretrained_kwargs)
 
     # -- tokens ------------------------------------------------------------------------
     def to_tokens(

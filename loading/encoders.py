@@ -26,6 +26,11 @@ ENCODER_ARCHITECTURES: dict[str, Architecture] = {
 
 HUB_ARGS = ("revision", "token", "cache_dir", "local_files_only")
 
+# TransformerLens's BERT names -> hub repo ids (read from the HF cache when offline)
+ENCODER_NAMES = {
+    f"bert-{size}-{case}": f"google-bert/bert-{size}-{case}" for size in ("base", "large") for case in ("cased", "uncased")
+}
+
 
 def get_encoder_architecture(hf_class: str) -> Architecture:
     if hf_class not in ENCODER_ARCHITECTURES:
@@ -53,10 +58,10 @@ def load_encoder(
         raise ValueError("HookedEncoder does not load quantized checkpoints (load_in_8bit / load_in_4bit)")
     dtype = to_dtype(kwargs.pop("torch_dtype", dtype))
     hub_kwargs = {k: kwargs.pop(k) for k in HUB_ARGS if k in kwargs}
-    unknown = [k for k in kwargs if k not in ("load_in_8bit", "load_in_4bit", "checkpoint_index", "checkpoint_value")]
+    unknown = [k for k in kwargs if k not in ("load_in_8bit", "load_in_4bit")]
     if unknown:
         raise TypeError(f"HookedEncoder.from_pretrained() got unexpected keyword arguments {unknown}")
-    source = resolve_source(model_name, hf_model, **hub_kwargs)
+    source = resolve_source(ENCODER_NAMES.get(model_name.lower(), model_name), hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
     arch = get_encoder_architecture(arch_name)
     fields = arch.config(source.hf_config)

@@ -96,3 +96,13 @@ def test_distilbert_converts_with_zero_token_types():
     assert present_heads(sd) == {"mlm"}
     torch.testing.assert_close(sd["blocks.0.ln1.w"], hf.distilbert.transformer.layer[0].sa_layer_norm.weight,
                                atol=0, rtol=0)
+
+
+def test_transformer_lens_names_resolve_to_hub_ids(tmp_path, monkeypatch):
+    from hooked.hooked_encoder import HookedEncoder
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="google-bert/bert-base-cased"):
+        HookedEncoder.from_pretrained("bert-base-cased", cache_dir=str(tmp_path))
+    with pytest.raises(NotImplementedError, match="checkpoint"):
+        HookedEncoder.from_pretrained("bert-base-cased", checkpoint_index=3)
