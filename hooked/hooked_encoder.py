@@ -21,8 +21,9 @@ from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, Bert
 from components.unembed import Unembed
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
-from hooked.errors import InputError
+from hooked.errors import InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
+from hooked.validation import check_token_range
 from hooked.weight_views import WeightViewsMixin
 
 logger = logging.getLogger(__name__)
@@ -138,9 +139,10 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
     ) -> Float[torch.Tensor, "batch pos d_model"]:
         """The residual stream after the last block (before any head)."""
         device = self.embed.embed.W_E.device
-        tokens = tokens.to(device)
+        tokens = _check_ids(tokens, self.cfg.d_vocab, "tokens").to(device)
         if token_type_ids is not None:
-            token_type_ids = token_type_ids.to(device)
+            n_types = self.embed.token_type_embed.W_token_type.shape[0]
+            token_type_ids = _check_ids(token_type_ids, n_types, "token_type_ids", tokens.shape).to(device)
         if one_zero_attention_mask is not None:
             one_zero_attention_mask = _check_mask(one_zero_attention_mask, tokens).to(device)
         resid = self.hook_full_embed(self.embed(tokens, token_type_ids))  # [batch, pos, d_model]
@@ -225,6 +227,18 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
 
     def mps(self):
         return self.to("mps")
+
+
+def _check_ids(ids: torch.Tensor, n: int, name: str, shape: torch.Size | None = None) -> torch.Tensor:
+    """`[batch, pos]` integer ids in `[0, n)` (and of the tokens' shape, for token types)."""
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.ndim != 2:
+        what = type(ids).__name__ if not isinstance(ids, torch.Tensor) else f"{ids.dtype} {tuple(ids.shape)}"
+        raise TokenError(f"{name} must be a [batch, pos] integer tensor, got {what}")
+    if shape is not None and ids.shape != shape:
+        raise TokenError(f"{name} has shape {tuple(ids.shape)}; the tokens are {tuple(shape)}")
+    if ids.numel():
+        check_token_range(ids, n, name)
+    return ids
 
 
 def _check_mask(mask: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -124,6 +124,19 @@ def test_bad_mask_is_refused(model):
         model(tokens, one_zero_attention_mask=torch.full((1, 4), 2))
 
 
+def test_bad_ids_are_refused(model):
+    from hooked.errors import TokenError
+
+    with pytest.raises(TokenError, match="outside the vocabulary"):
+        model(torch.tensor([[2, 13, 3]]))
+    with pytest.raises(TokenError, match="token_type_ids contains token id 2"):
+        model(torch.tensor([[2, 5, 3]]), token_type_ids=torch.tensor([[0, 1, 2]]))
+    with pytest.raises(TokenError, match="token_type_ids has shape"):
+        model(torch.tensor([[2, 5, 3]]), token_type_ids=torch.tensor([[0, 1]]))
+    with pytest.raises(TokenError, match="integer tensor"):
+        model(torch.tensor([[2.0, 5.0]]))
+
+
 def test_predictions_need_a_tokenizer():
     model = HookedEncoder(config())
     with pytest.raises(InputError, match="tokenizer"):
