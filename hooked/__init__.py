@@ -15,6 +15,8 @@ from hooked.utils import get_act_name
 
 _LAZY = {
     "HookedTransformer": ("hooked.hooked_transformer", "HookedTransformer"),
+    "HookedEncoder": ("hooked.hooked_encoder", "HookedEncoder"),
+    "BertNextSentencePrediction": ("hooked.next_sentence_prediction", "BertNextSentencePrediction"),
     "ActivationCache": ("hooked.activation_cache", "ActivationCache"),
     "FactoredMatrix": ("hooked.factored_matrix", "FactoredMatrix"),
     "HookedTransformerKeyValueCache": ("hooked.past_key_value_caching", "HookedTransformerKeyValueCache"),
@@ -30,6 +32,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "ActivationCache",
+    "BertNextSentencePrediction",
+    "HookedEncoder",
     "FactoredMatrix",
     "HookNotEnabledError",
     "HookPoint",

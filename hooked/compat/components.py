@@ -24,6 +24,7 @@ from components import (  # noqa: F401
     Unembed,
 )
 from components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
+from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
