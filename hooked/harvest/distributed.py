@@ -45,7 +45,8 @@ def merge_manifests(out: Path, rank: int, world: int) -> dict:
     if rank == 0:
         per_rank = [writer.read_json(writer.manifest_path(out, r, world)) for r in range(world)]
         previous = out / writer.MANIFEST  # a merged manifest from an earlier run (maybe another world size)
-        shards = {s["index"]: s for m in [writer.read_json(previous)] * previous.exists() + per_rank for s in m["shards"]}
+        earlier = [writer.read_json(previous)] if previous.exists() else []
+        shards = {s["index"]: s for m in earlier + per_rank for s in m["shards"]}
         merged = dict(per_rank[0], rank=None, world_size=world, shards=[shards[k] for k in sorted(shards)])
         merged["complete"] = all(m["complete"] for m in per_rank)
         writer.write_json_atomic(out / writer.MANIFEST, merged)
