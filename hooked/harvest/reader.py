@@ -97,6 +97,10 @@ class ActivationReader:
         """Every row of one hook (or META key) in order, in memory: for small datasets and tests."""
         return torch.cat([self.read_shard(i, [key])[key] for i in range(len(self.shards))])
 
+    def read_all_rows(self) -> dict[str, torch.Tensor]:
+        """Token ids and document/position indices of every row, in order (small; no activations)."""
+        return {k: self.read_all(k) for k in META}
+
     def _keys(self, keys: list[str] | None) -> list[str]:
         keys = list(self.hooks) + list(META) if keys is None else list(keys)
         unknown = [k for k in keys if k not in self.hooks and k not in META]

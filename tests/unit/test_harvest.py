@@ -100,3 +100,36 @@ def test_token_tensor_corpus_rows_of_context_length_are_used_unchanged(model, tm
     assert torch.equal(reader.read_all("tokens").reshape(10, 8), tokens)
     _, cache = model.run_with_cache(tokens[8:], names_filter=HOOKS[0])
     assert torch.equal(reader.read_all(HOOKS[0])[-16:], cache[HOOKS[0]].flatten(0, 1))
+
+
+def test_bad_inputs_give_clear_errors(model, corpus_dir, tmp_path):
+    from hooked.errors import InputError
+
+    with pytest.raises(InputError, match=r"No hook point matches 'blocks.0.hook_resid_pots'.*Did you mean: "
+                                         r"blocks.0.hook_resid_post"):
+        harvest(model, corpus_dir, "blocks.0.hook_resid_pots", tmp_path / "a", context_length=8, progress=False)
+    with pytest.raises(InputError, match=r"No hook point matches 'blocks.7.\*'"):
+        harvest(model, corpus_dir, "blocks.7.*", tmp_path / "a", context_length=8, progress=False)
+    with pytest.raises(InputError, match=r"context_length=65 must be an int in \[2, 64\]"):
+        harvest(model, corpus_dir, HOOKS, tmp_path / "a", context_length=65, progress=False)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(InputError, match="gives no context of 8 tokens: it is empty"):
+        harvest(model, tmp_path / "empty.txt", HOOKS, tmp_path / "b", context_length=8, progress=False)
+    with pytest.raises(InputError, match="does not exist"):
+        harvest(model, tmp_path / "nothing", HOOKS, tmp_path / "c", context_length=8, progress=False)
+    with pytest.raises(InputError, match="not a per-token activation"):
+        harvest(model, corpus_dir, "blocks.0.attn.hook_pattern", tmp_path / "d", context_length=8, progress=False)
+
+
+def test_cli_harvests_and_reports_errors_in_one_line(model_dir, corpus_dir, tmp_path, capsys):
+    from hooked.cli import main
+
+    argv = ["harvest", "--model", str(model_dir), "--corpus", str(corpus_dir), "--out", str(tmp_path / "cli"),
+            "--context-length", "8", "--batch-size", "4", "--max-tokens", "96", "--dtype", "bfloat16", "--no-progress"]
+    assert main(argv + ["--hooks", "blocks.*.hook_resid_post"]) == 0
+    reader = ActivationReader(tmp_path / "cli")
+    assert reader.hooks == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"] and len(reader) == 96
+    assert reader.read_all("blocks.1.hook_resid_post").dtype == torch.bfloat16
+    assert reader.manifest["model"]["id"] == str(model_dir)
+    assert main(argv + ["--hooks", "blocks.0.hook_resid_pots"]) == 1
+    assert "hooked: error: InputError: No hook point matches" in capsys.readouterr().err
