@@ -158,6 +158,9 @@ def _token_stream(corpus: Corpus, tokenizer, context_length: int):
         elif doc.numel() == context_length:
             yield doc, i, True
             continue
+        elif tokenizer is None:
+            raise InputError(f"Token row {i} is {doc.numel()} tokens, not context_length={context_length}: cutting "
+                             f"it into contexts needs BOS/EOS ids, so load the model with its tokenizer.")
         if doc.numel():
             yield doc, i, False
 

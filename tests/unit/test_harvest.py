@@ -133,3 +133,14 @@ def test_cli_harvests_and_reports_errors_in_one_line(model_dir, corpus_dir, tmp_
     assert reader.manifest["model"]["id"] == str(model_dir)
     assert main(argv + ["--hooks", "blocks.0.hook_resid_pots"]) == 1
     assert "hooked: error: InputError: No hook point matches" in capsys.readouterr().err
+
+
+def test_a_datasets_dataset_gives_the_same_rows_as_the_same_documents_on_disk(model, corpus_dir, tmp_path):
+    import datasets
+
+    kwargs = dict(context_length=16, batch_size=4, progress=False)
+    harvest(model, corpus_dir, HOOKS[0], tmp_path / "files", **kwargs)
+    harvest(model, datasets.Dataset.from_dict({"text": DOCS}), HOOKS[0], tmp_path / "dataset", **kwargs)
+    files, dataset = ActivationReader(tmp_path / "files"), ActivationReader(tmp_path / "dataset")
+    for key in (HOOKS[0], "tokens", "doc_index"):
+        assert torch.equal(files.read_all(key), dataset.read_all(key)), key
