@@ -67,7 +67,7 @@ def harvest(
     args = dict(hooks=hooks, context_length=context_length, batch_size=batch_size, max_tokens=max_tokens,
                 dtype=str(dtype).removeprefix("torch."), positions=positions, tokenization=tokenization,
                 batches_per_shard=batches_per_shard, text_field=text_field)
-    identity = dict(model=model_id or model.cfg.model_name, config_sha256=config_hash(model.cfg),
+    identity = dict(model=model.cfg.model_name, config_sha256=config_hash(model.cfg),
                     corpus_fingerprint=corpus.fingerprint, **args)
     if rank == 0:
         writer.check_writable(out)
