@@ -1,4 +1,5 @@
-"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--html PATH] [--debug]`.
+"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--html PATH] [--debug]`, and
+`hooked harvest --model M --corpus PATH --hooks NAMES --out DIR --context-length N ...` (hooked/harvest/cli.py).
 
 Errors (a missing or corrupt checkpoint, a prompt longer than the context, ...) are
 printed as one line, `hooked: error: <Type>: <message>`, with exit status 1; `--debug`
@@ -23,10 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--html", default=None, metavar="PATH", help="also write interactive views of the prompt to PATH")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+    _add_harvest(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return _inspect(args)
+        return _harvest(args) if args.command == "harvest" else _inspect(args)
     except KeyboardInterrupt:
         sys.stderr.write("hooked: interrupted\n")
         return 130
@@ -53,6 +55,18 @@ def _inspect(args) -> int:
         path = prompt_views(model, args.prompt).save(args.html)
         sys.stdout.write(f"\nInteractive views written to {path}\n")
     return 0
+
+
+def _add_harvest(sub) -> None:
+    from hooked.harvest.cli import add_parser
+
+    add_parser(sub)
+
+
+def _harvest(args) -> int:
+    from hooked.harvest.cli import run
+
+    return run(args)
 
 
 if __name__ == "__main__":
