@@ -1,4 +1,4 @@
-"""`from_pretrained` for the encoder classes: find the checkpoint, convert it with a pure converter."""
+"""`from_pretrained` for the encoder classes: find the checkpoint and build its config."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ logger = logging.getLogger(__name__)
 HUB_KWARGS = ("revision", "cache_dir", "token")
 
 
-def converted_checkpoint(architecture, model_name: str, hf_model=None, dtype=torch.float32, device=None, **kwargs: Any):
-    """`(cfg, state_dict, tokenizer_path)` of a checkpoint of `architecture` (a `loading.registry.Architecture`).
+def checkpoint_source(architecture, model_name: str, hf_model=None, dtype=torch.float32, device=None, **kwargs: Any):
+    """`(cfg, source)` of a checkpoint of `architecture` (a `loading.registry.Architecture`).
 
-    `model_name` is a local directory, a hub id in the local cache, or a name for `hf_model=`.
+    `model_name` is a local directory, a hub id in the local cache, or a name for `hf_model=`;
+    `source` (a `loading.pretrained.Source`) holds the HF config, the tensors and the tokenizer path.
     """
     from hooked.config import HookedTransformerConfig
-    from loading.pretrained import hf_architecture, resolve_source
     from hooked.validation import to_dtype
+    from loading.pretrained import hf_architecture, resolve_source
 
     if kwargs.get("load_in_8bit") or kwargs.get("load_in_4bit"):
         raise ValueError("Quantized loading is not supported; load in float32 or bfloat16")
@@ -30,20 +31,13 @@ def converted_checkpoint(architecture, model_name: str, hf_model=None, dtype=tor
         raise NotImplementedError(f"{model_name} is a {arch}; this class loads {architecture.name} checkpoints")
     fields = architecture.config(source.hf_config)
     fields.update(model_name=model_name, init_weights=False, dtype=dtype, device=device)
-    cfg = HookedTransformerConfig.from_dict(fields)
-    return cfg, architecture.weights(source.state, cfg), source.tokenizer_path
+    return HookedTransformerConfig.from_dict(fields), source
 
 
-def load_encoder_model(cls, architecture, model_name, hf_model, device, tokenizer, move_to_device, dtype, **kwargs):
-    """Build `cls(cfg, tokenizer)` and load the converted weights (strict: every parameter comes from the checkpoint)."""
-    from loading.checkpoint import load_tokenizer
-
-    cfg, state, tokenizer_path = converted_checkpoint(architecture, model_name, hf_model, dtype, device, **kwargs)
-    if tokenizer is None and tokenizer_path is not None:
-        tokenizer = load_tokenizer(tokenizer_path)
-    model = cls(cfg, tokenizer, move_to_device=False)
+def finish_loading(model, state: dict, device, move_to_device: bool, model_name: str):
+    """Load `state` strictly (every parameter comes from the checkpoint) and move the model."""
     model.load_state_dict(state, strict=True)
     if move_to_device and device is not None:
         model.to(device)
-    logger.info("Loaded pretrained model %s into %s", model_name, cls.__name__)
+    logger.info("Loaded pretrained model %s into %s", model_name, type(model).__name__)
     return model

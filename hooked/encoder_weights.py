@@ -67,7 +67,7 @@ class StackedWeights:
         std = self.cfg.initializer_range if self.cfg.initializer_range > 0 else 0.02
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if leaf in ("w", "ln_w") or (leaf == "weight" and "norm" in name):
+            if leaf in ("w", "norm_w") or (leaf == "weight" and "norm" in name):
                 nn.init.ones_(p)
             elif leaf.startswith("W_") or leaf == "weight" or p.ndim > 1:
                 nn.init.normal_(p, std=std)

@@ -260,7 +260,12 @@ class HookedEncoderDecoder(StackedWeights, HookedRootModule):
         move_to_device: bool = True, dtype=torch.float32, **from_pretrained_kwargs: Any,
     ) -> HookedEncoderDecoder:
         """Load a T5 checkpoint (a local directory, a hub name cached offline, or `hf_model=`)."""
-        from hooked.encoder_loading import load_encoder_model
+        from hooked.encoder_loading import checkpoint_source, finish_loading
+        from loading.checkpoint import load_tokenizer
         from loading.t5 import T5
 
-        return load_encoder_model(cls, T5, model_name, hf_model, device, tokenizer, move_to_device, dtype, **from_pretrained_kwargs)
+        cfg, source = checkpoint_source(T5, model_name, hf_model, dtype, device, **from_pretrained_kwargs)
+        if tokenizer is None and source.tokenizer_path is not None:
+            tokenizer = load_tokenizer(source.tokenizer_path)
+        model = cls(cfg, tokenizer, move_to_device=False)
+        return finish_loading(model, T5.weights(source.state, cfg), device, move_to_device, model_name)
