@@ -68,8 +68,9 @@ class T5Attention(Attention):
     """Self- or cross-attention without score scaling, plus the relative position bias.
 
     Called TransformerLens-style: `attn(q_in, k_in, v_in, position_bias=...)`, with an optional
-    additive padding mask over the keys. Decoder self-attention is causal; with a
-    `past_kv_cache_entry` the new queries come after the cached keys. Cross-attention can
+    additive padding mask over the keys. Decoder self-attention is causal even when called
+    alone (as HF's default SDPA attention; HF's eager one is causal only through the mask its
+    stack builds); with a `past_kv_cache_entry` the new queries come after the cached keys. Cross-attention can
     take precomputed `key_value` (the encoder's keys and values, computed once per prompt).
     """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -10,6 +11,16 @@ import torch
 logger = logging.getLogger(__name__)
 
 HUB_KWARGS = ("revision", "cache_dir", "token")
+
+
+def checkpoint_directory(model_name: str, **kwargs: Any) -> Path | None:
+    """The local directory of a checkpoint (for files besides the weights), or None if there is none."""
+    from loading.pretrained import _local_directory
+
+    try:
+        return _local_directory(model_name, **{k: kwargs[k] for k in HUB_KWARGS if k in kwargs})
+    except FileNotFoundError:
+        return None
 
 
 def checkpoint_source(architecture, model_name: str, hf_model=None, dtype=torch.float32, device=None, **kwargs: Any):

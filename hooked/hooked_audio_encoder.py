@@ -9,6 +9,7 @@ and `hook_pos_embed` can be read and patched too. Block names follow Transformer
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -59,6 +60,8 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
         self.hook_frames = HookPoint()  # [batch, frames, d_model]
         self.hook_pos_embed = HookPoint()  # [batch, frames, d_model]
         self.processor = None
+        # zero-mean unit-variance per waveform, as the checkpoint's HF feature extractor (do_normalize)
+        self.normalize_waveforms = False
         if cfg.init_weights:
             self.init_weights()
         if move_to_device and cfg.device is not None:
@@ -80,17 +83,22 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
     def to_frames(
         self,
         raw_inputs: torch.Tensor | list,
-        one_zero_attention_mask: Int[torch.Tensor, "batch samples"] | None = None,
+        sampling_rate: int = 16000,
         move_to_device: bool = True,
+        one_zero_attention_mask: Int[torch.Tensor, "batch samples"] | None = None,
     ) -> tuple[Float[torch.Tensor, "batch frames d_model"], Int[torch.Tensor, "batch frames"] | None]:
         """Waveforms -> projected frames and their mask (None when nothing is padded).
 
-        `raw_inputs`: `[samples]`, `[batch, samples]` (already normalized as the model expects,
-        e.g. by HF's feature extractor) or a list of 1-D waveforms, right-padded with zeros here.
+        `raw_inputs`: `[samples]`, `[batch, samples]` or a list of 1-D waveforms (right-padded
+        with zeros here). If the checkpoint's feature extractor normalizes (`do_normalize`),
+        each waveform is normalized over its real samples first (`normalize_waveforms`).
         """
         audio = self._front_end()
+        _check_sampling_rate(sampling_rate)
         waves, mask = _batch_waveforms(raw_inputs, one_zero_attention_mask)
         waves = waves.to(self.device, self.cfg.dtype)
+        if self.normalize_waveforms:
+            waves = normalize_waveforms(waves, None if mask is None else mask.to(self.device))
         features = self.feature_extractor(waves).transpose(1, 2)  # [batch, frames, channels]
         features = self.hook_features(features)
         frames = self.hook_frames(self.feature_projection(features))  # [batch, frames, d_model]
@@ -131,15 +139,14 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
         (mask over frames); or a `(frames, frame_mask)` tuple. `sampling_rate` must be the
         model's (16 kHz); no resampling is done.
         """
-        if sampling_rate != 16000:
-            raise ValueError(f"HuBERT expects 16 kHz audio; resample the {sampling_rate} Hz input first")
+        _check_sampling_rate(sampling_rate)
         if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], torch.Tensor):
             frames, mask = inputs
             mask = mask if one_zero_attention_mask is None else one_zero_attention_mask
         elif isinstance(inputs, torch.Tensor) and inputs.ndim == 3:
             frames, mask = inputs, one_zero_attention_mask
         else:
-            frames, mask = self.to_frames(inputs, one_zero_attention_mask)
+            frames, mask = self.to_frames(inputs, one_zero_attention_mask=one_zero_attention_mask)
         return self.encoder_output(frames, mask)
 
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
@@ -173,7 +180,7 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
         move_to_device: bool = True, dtype=torch.float32, **from_pretrained_kwargs: Any,
     ) -> HookedAudioEncoder:
         """Load a `HubertModel` checkpoint (a local directory, a hub name cached offline, or `hf_model=`)."""
-        from hooked.encoder_loading import checkpoint_source, finish_loading
+        from hooked.encoder_loading import checkpoint_directory, checkpoint_source, finish_loading
         from loading.hubert import HUBERT, convert_hubert_weights, hubert_frontend_config
 
         if checkpoint_index is not None or checkpoint_value is not None:
@@ -181,6 +188,10 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
         cfg, source = checkpoint_source(HUBERT, model_name, hf_model, dtype, device, **from_pretrained_kwargs)
         model = cls(cfg, move_to_device=False, audio_cfg=hubert_frontend_config(source.hf_config))
         state = convert_hubert_weights(source.state, cfg, source.hf_config)
+        directory = None if hf_model is not None else checkpoint_directory(model_name, **from_pretrained_kwargs)
+        preprocessor = directory / "preprocessor_config.json" if directory is not None else None
+        if preprocessor is not None and preprocessor.exists():
+            model.normalize_waveforms = bool(json.loads(preprocessor.read_text()).get("do_normalize", False))
         return finish_loading(model, state, device, move_to_device, model_name)
 
 
@@ -200,3 +211,22 @@ def _batch_waveforms(raw_inputs, mask) -> tuple[torch.Tensor, torch.Tensor | Non
     if waves.ndim != 2:
         raise ValueError(f"Waveforms must be [samples] or [batch, samples], got shape {tuple(waves.shape)}")
     return waves, mask
+
+
+def _check_sampling_rate(sampling_rate: int) -> None:
+    if sampling_rate != 16000:
+        raise ValueError(f"HuBERT expects 16 kHz audio; resample the {sampling_rate} Hz input first")
+
+
+def normalize_waveforms(
+    waves: Float[torch.Tensor, "batch samples"], mask: Int[torch.Tensor, "batch samples"] | None = None
+) -> Float[torch.Tensor, "batch samples"]:
+    """`(x - mean) / sqrt(var + 1e-7)` per waveform over its real samples, padding kept 0 (HF's `do_normalize`)."""
+    if mask is None:
+        mean, var = waves.mean(-1, keepdim=True), waves.var(-1, unbiased=False, keepdim=True)
+        return (waves - mean) / torch.sqrt(var + 1e-7)
+    out = torch.zeros_like(waves)
+    for i, n in enumerate(mask.sum(-1).tolist()):
+        x = waves[i, :n]
+        out[i, :n] = (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + 1e-7)
+    return out

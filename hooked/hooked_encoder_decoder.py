@@ -256,14 +256,16 @@ class HookedEncoderDecoder(StackedWeights, HookedRootModule):
 
     @classmethod
     def from_pretrained(
-        cls, model_name: str, hf_model=None, device: str | None = None, tokenizer=None,
-        move_to_device: bool = True, dtype=torch.float32, **from_pretrained_kwargs: Any,
+        cls, model_name: str, checkpoint_index=None, checkpoint_value=None, hf_model=None, device: str | None = None,
+        tokenizer=None, move_to_device: bool = True, dtype=torch.float32, **from_pretrained_kwargs: Any,
     ) -> HookedEncoderDecoder:
         """Load a T5 checkpoint (a local directory, a hub name cached offline, or `hf_model=`)."""
         from hooked.encoder_loading import checkpoint_source, finish_loading
         from loading.checkpoint import load_tokenizer
         from loading.t5 import T5
 
+        if checkpoint_index is not None or checkpoint_value is not None:
+            raise ValueError("T5 has no training checkpoints to choose from")
         cfg, source = checkpoint_source(T5, model_name, hf_model, dtype, device, **from_pretrained_kwargs)
         if tokenizer is None and source.tokenizer_path is not None:
             tokenizer = load_tokenizer(source.tokenizer_path)

@@ -89,7 +89,7 @@ def test_front_end_matches_hf(pair):
     waves, mask = waveforms(1)
     with torch.no_grad():
         features = hf.feature_extractor(waves).transpose(1, 2)
-        frames, frame_mask = model.to_frames(waves, mask)
+        frames, frame_mask = model.to_frames(waves, one_zero_attention_mask=mask)
         projected = hf.feature_projection(features)
         ref_mask = hf._get_feature_vector_attention_mask(features.shape[1], mask)
     assert max_abs(projected, frames) < ATOL
@@ -105,7 +105,7 @@ def test_padded_batch_equals_waveforms_alone(pair):
     with torch.no_grad():
         batched = model(waves, one_zero_attention_mask=mask)
         hf_batched = hf(waves, attention_mask=mask).last_hidden_state
-        _, frame_mask = model.to_frames(waves, mask)
+        _, frame_mask = model.to_frames(waves, one_zero_attention_mask=mask)
         for row in range(waves.shape[0]):
             wave = waves[row : row + 1, : int(mask[row].sum())]
             alone = model(wave)
