@@ -12,7 +12,7 @@ from typing import Mapping
 
 import torch
 
-from loading.registry import Architecture
+from loading.registry import register_model_class_architecture
 
 HUBERT_CLASSES = ("HubertModel",)
 
@@ -114,4 +114,4 @@ def convert_hubert_weights(hf: Mapping[str, torch.Tensor], cfg, hf_config=None) 
     return sd
 
 
-HUBERT = Architecture("HubertModel", convert_hubert_config, convert_hubert_weights)
+HUBERT = register_model_class_architecture("HubertModel", "HookedAudioEncoder", convert_hubert_config, convert_hubert_weights)

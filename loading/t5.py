@@ -11,7 +11,7 @@ from typing import Mapping
 
 import torch
 
-from loading.registry import Architecture
+from loading.registry import register_model_class_architecture
 
 T5_CLASSES = ("T5ForConditionalGeneration",)
 
@@ -121,4 +121,4 @@ def convert_t5_weights(hf: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.T
     return sd
 
 
-T5 = Architecture("T5ForConditionalGeneration", convert_t5_config, convert_t5_weights)
+T5 = register_model_class_architecture("T5ForConditionalGeneration", "HookedEncoderDecoder", convert_t5_config, convert_t5_weights)
