@@ -19,6 +19,8 @@ _LAZY = {
     "FactoredMatrix": ("hooked.factored_matrix", "FactoredMatrix"),
     "HookedTransformerKeyValueCache": ("hooked.past_key_value_caching", "HookedTransformerKeyValueCache"),
 }
+_LAZY["HookedEncoderDecoder"] = ("hooked.hooked_encoder_decoder", "HookedEncoderDecoder")  # T5
+_LAZY["HookedAudioEncoder"] = ("hooked.hooked_audio_encoder", "HookedAudioEncoder")  # HuBERT
 
 
 def __getattr__(name: str):
@@ -41,3 +43,4 @@ __all__ = [
     "LensHandle",
     "get_act_name",
 ]
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]
