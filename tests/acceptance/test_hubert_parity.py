@@ -62,7 +62,12 @@ def waveforms(seed: int = 0):
 
 
 def test_parity_suite_covers_hubert():
+    import loading
+
     assert {type(tiny_hubert(0)).__name__} == set(HF_CLASSES)
+    assert {name: loading.registry.MODEL_CLASS_ARCHITECTURES[name][0] for name in HF_CLASSES} == dict.fromkeys(
+        HF_CLASSES, "HookedAudioEncoder"
+    )
 
 
 def test_hidden_states_and_every_block_output_match_hf(pair):
