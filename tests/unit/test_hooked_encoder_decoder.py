@@ -109,3 +109,11 @@ def test_unequal_encoder_and_decoder_depths_are_refused():
 
     with pytest.raises(NotImplementedError, match="decoder layers"):
         convert_t5_config(T5Config(num_layers=2, num_decoder_layers=3))
+
+
+def test_hooked_transformer_refuses_t5_position_scheme():
+    from hooked import HookedTransformer
+    from hooked.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="HookedEncoderDecoder"):
+        HookedTransformer(t5_cfg())
