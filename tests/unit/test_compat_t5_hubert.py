@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import pytest
 import torch
@@ -16,9 +17,11 @@ from tests.acceptance.test_t5_parity import tiny_t5
 
 @pytest.fixture(scope="module")
 def tl():
+    already = "transformer_lens" in sys.modules  # another test module aliased at import: leave it so
     alias_transformer_lens(strict=True)
     yield importlib.import_module("transformer_lens")
-    unalias_transformer_lens()
+    if not already:
+        unalias_transformer_lens()
 
 
 def test_model_classes_resolve_to_hooked(tl):
