@@ -21,6 +21,8 @@ _LAZY = {
     "FactoredMatrix": ("hooked.factored_matrix", "FactoredMatrix"),
     "HookedTransformerKeyValueCache": ("hooked.past_key_value_caching", "HookedTransformerKeyValueCache"),
 }
+_LAZY["HookedEncoderDecoder"] = ("hooked.hooked_encoder_decoder", "HookedEncoderDecoder")  # T5
+_LAZY["HookedAudioEncoder"] = ("hooked.hooked_audio_encoder", "HookedAudioEncoder")  # HuBERT
 
 
 def __getattr__(name: str):
@@ -45,3 +47,4 @@ __all__ = [
     "LensHandle",
     "get_act_name",
 ]
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]

@@ -15,7 +15,7 @@ from hooked.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (C
 
 ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
-POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi")
+POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 
 
 @dataclass
@@ -106,6 +106,10 @@ class HookedTransformerConfig:
     tie_word_embeddings: bool = False
     trust_remote_code: bool = False
     load_in_4bit: bool = False
+    # T5 (HookedEncoderDecoder): the relative position bias table and the decoder's first token
+    relative_attention_num_buckets: int | None = None
+    relative_attention_max_distance: int | None = None
+    decoder_start_token_id: int | None = None
     n_params: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
-from hooked.errors import AttentionMaskError, InputError, TokenError
+from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
 from hooked.token_index_mixin import TokenIndexMixin
@@ -83,6 +83,8 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
     def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):
         super().__init__()
         self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
+        if cfg.positional_embedding_type == "relative_positional_bias":  # T5's: only the encoder-decoder has it
+            raise ConfigError("relative_positional_bias is T5's position scheme: build a HookedEncoderDecoder")
         self.tokenizer = None
         self.default_padding_side = default_padding_side
         if tokenizer is None and cfg.tokenizer_name is not None:

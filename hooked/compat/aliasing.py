@@ -79,6 +79,17 @@ TL_MODULES: dict[str, str] = {
 }
 
 
+# encoders and encoder-decoders: T5 (HookedEncoderDecoder) and HuBERT (HookedAudioEncoder)
+TL_MODULES.update({
+    "transformer_lens.HookedEncoderDecoder": "hooked.hooked_encoder_decoder",
+    "transformer_lens.HookedAudioEncoder": "hooked.hooked_audio_encoder",
+    "transformer_lens.pretrained.weight_conversions.t5": "hooked.compat.encoders",
+    "transformer_lens.pretrained.weight_conversions.hubert": "hooked.compat.encoders",
+    "transformer_lens.components.t5_attention": "hooked.compat.encoders",
+    "transformer_lens.components.t5_block": "hooked.compat.encoders",
+})
+
+
 class _Distribution(importlib.metadata.Distribution):
     """Package metadata of the `transformer-lens` API `hooked` provides."""
 

@@ -83,3 +83,6 @@ class GptOssMoE(MoE):
         cfg = HookedTransformerConfig.unwrap(cfg)
         super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT, norm_topk_prob=True))
 
+
+# TransformerLens's T5 components (encoder-decoder)
+from components.t5 import T5Attention, T5Block  # noqa: E402,F401

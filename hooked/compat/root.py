@@ -47,3 +47,9 @@ __all__ = [
     "patching",
     "utils",
 ]
+
+# encoders and encoder-decoders (T5, HuBERT)
+from hooked.hooked_audio_encoder import HookedAudioEncoder  # noqa: E402
+from hooked.hooked_encoder_decoder import HookedEncoderDecoder  # noqa: E402
+
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]
