@@ -15,6 +15,7 @@ import torch
 
 from loading.common import ACT_FN_NAMES, strip_prefix
 from loading.parts import dense_mlp, layer_norm, prefixed, projections
+from loading.registry import register_model_class_architecture
 
 HEAD_PREFIXES = {"mlm": "mlm_head.", "pooler": "pooler.", "nsp": "nsp_head."}  # optional parts of a checkpoint
 BERT_CLASSES = ("BertForMaskedLM", "BertForPreTraining", "BertForNextSentencePrediction", "BertModel")
@@ -103,3 +104,7 @@ def _nsp_head(hf: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def present_heads(converted: Mapping[str, torch.Tensor]) -> set[str]:
     """Which of `mlm`, `pooler`, `nsp` a converted state dict holds."""
     return {head for head, prefix in HEAD_PREFIXES.items() if any(k.startswith(prefix) for k in converted)}
+
+
+for _name in BERT_CLASSES:
+    register_model_class_architecture(_name, "HookedEncoder", convert_bert_config, convert_bert_weights)

@@ -12,6 +12,7 @@ import torch
 
 from loading.common import ACT_FN_NAMES, strip_prefix
 from loading.parts import dense_mlp, layer_norm, prefixed, projections
+from loading.registry import register_model_class_architecture
 
 DISTILBERT_CLASSES = ("DistilBertForMaskedLM", "DistilBertModel")
 EPS = 1e-12  # hard-coded in HF's DistilBERT
@@ -66,3 +67,7 @@ def convert_distilbert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dic
             "unembed.b_U": hf_state["vocab_projector.bias"],
         })
     return sd
+
+
+for _name in DISTILBERT_CLASSES:
+    register_model_class_architecture(_name, "HookedEncoder", convert_distilbert_config, convert_distilbert_weights)

@@ -1,27 +1,24 @@
-"""`HookedEncoder.from_pretrained`: encoder converters, kept apart from the decoder registry.
+"""`HookedEncoder.from_pretrained`: load a BERT-family checkpoint into `HookedEncoder`.
 
-Encoder checkpoints (BERT) must not load into `HookedTransformer`, so they register here,
-in `ENCODER_ARCHITECTURES`, with the same pure `Architecture(config, weights)` pair.
+Encoder converters register with the other non-decoder classes (T5, HuBERT) in
+`loading.registry.MODEL_CLASS_ARCHITECTURES` under the model class that loads them, so an
+encoder never loads into `HookedTransformer` (which names `HookedEncoder` instead).
 """
 
 from __future__ import annotations
 
 import logging
 
-from loading import bert, distilbert
+from loading import bert, distilbert  # noqa: F401  (registers the encoder converters)
 from loading.checkpoint import load_tokenizer
 from loading.pretrained import hf_architecture, resolve_source
-from loading.registry import Architecture
+from loading.registry import MODEL_CLASS_ARCHITECTURES, Architecture
 from loading.validation import check_converted_shapes, convert_checked, to_dtype, where_in
 
 logger = logging.getLogger(__name__)
 
 ENCODER_ARCHITECTURES: dict[str, Architecture] = {
-    **{name: Architecture(name, bert.convert_bert_config, bert.convert_bert_weights) for name in bert.BERT_CLASSES},
-    **{
-        name: Architecture(name, distilbert.convert_distilbert_config, distilbert.convert_distilbert_weights)
-        for name in distilbert.DISTILBERT_CLASSES
-    },
+    name: arch for name, (model_class, arch) in MODEL_CLASS_ARCHITECTURES.items() if model_class == "HookedEncoder"
 }
 
 HUB_ARGS = ("revision", "token", "cache_dir", "local_files_only")
