@@ -2,9 +2,11 @@
 
 Two paths compute the same thing. The explicit path materialises `attn_scores` and
 `pattern` (softmax in float32, HF eager semantics); the fast path calls
-`scaled_dot_product_attention`. `attn_implementation="auto"` takes the fast path while
-nothing observes `hook_attn_scores` or `hook_pattern`, so caching or hooking a pattern
-switches that layer to the explicit path for that call only.
+`scaled_dot_product_attention`. `attn_implementation="auto"` takes the fast path while no
+hook can change `hook_attn_scores` or `hook_pattern`: a hook that may edit a pattern switches
+that layer to the explicit path for that call only, while caching (read-only hooks) keeps the
+fast path's output and computes the pattern beside it, so `run_with_cache` returns the very
+logits of a plain forward.
 """
 
 from __future__ import annotations
@@ -161,8 +163,11 @@ class Attention(nn.Module):
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
         if self._use_sdpa():
             z = self._attend_sdpa(q, k, v, state)
+            if self._pattern_observed():  # read-only observers (caching): give them the explicit pattern
+                self._pattern(*self._heads_first(q, k, v)[:2], v.dtype, state)
         else:
-            z = self._attend_explicit(*self._heads_first(q, k, v), state)
+            q, k, v = self._heads_first(q, k, v)
+            z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
 
@@ -175,13 +180,17 @@ class Attention(nn.Module):
         return rotary_cos_sin(state.positions, inv_freq, self.cfg.rotary_adjacent_pairs, dtype, attention_factor)
 
     def _use_sdpa(self) -> bool:
+        """Whether the output may come from SDPA: nothing can edit the scores or the pattern."""
         return (
             self.cfg.attn_implementation == "auto"
             and self.cfg.attn_scores_soft_cap <= 0
             and not self.cfg.attn_sinks
-            and not self.hook_attn_scores.observed
-            and not self.hook_pattern.observed
+            and self.hook_attn_scores.is_read_only
+            and self.hook_pattern.is_read_only
         )
+
+    def _pattern_observed(self) -> bool:
+        return self.hook_attn_scores.observed or self.hook_pattern.observed
 
     def _heads_first(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`[batch, head, pos, d_head]` q, k, v for the attention matmuls, K/V repeated up to `n_heads`."""
@@ -213,7 +222,8 @@ class Attention(nn.Module):
         valid = state.valid_queries(self.window)
         return z if valid is None else torch.where(valid, z, 0.0)
 
-    def _attend_explicit(self, q, k, v, state: ForwardState) -> Float[torch.Tensor, "batch head pos d_head"]:
+    def _pattern(self, q, k, dtype: torch.dtype, state: ForwardState) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
+        """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k."""
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [batch, head, q_pos, k_pos]
         if self.alibi_slopes is not None:
             scores = scores + alibi_bias(state, self.alibi_slopes, scores.dtype)  # [batch, head, 1, k_pos] bias
@@ -228,8 +238,7 @@ class Attention(nn.Module):
         valid = state.valid_queries(self.window)
         if valid is not None:  # rows with no visible key are 0, not NaN
             pattern = torch.where(valid, pattern, 0.0)
-        pattern = self.hook_pattern(pattern.to(v.dtype))  # [batch, head, q_pos, k_pos]
-        return torch.matmul(pattern, v)
+        return self.hook_pattern(pattern.to(dtype))  # [batch, head, q_pos, k_pos]
 
     def _softmax_with_sinks(self, scores: Float[torch.Tensor, "batch head q_pos k_pos"]) -> torch.Tensor:
         """Softmax over the keys plus one sink logit per head, sink column dropped: rows sum to less than 1."""

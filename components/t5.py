@@ -145,14 +145,19 @@ class T5Attention(Attention):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, head, pos, d_head]
         if self._use_sdpa():
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+            if self._pattern_observed():  # read-only observers (caching)
+                self._t5_pattern(q, k, mask, v.dtype)
         else:
-            scores = self.hook_attn_scores(torch.matmul(q, k.transpose(-1, -2)) + mask)  # [batch, head, q_pos, k_pos]
-            pattern = torch.softmax(scores.float(), dim=-1)
-            pattern = torch.nan_to_num(pattern, nan=0.0)  # a row with no visible key attends to nothing
-            pattern = self.hook_pattern(pattern.to(v.dtype))  # [batch, head, q_pos, k_pos]
-            z = torch.matmul(pattern, v)
+            z = torch.matmul(self._t5_pattern(q, k, mask, v.dtype), v)  # [batch, head, pos, d_head]
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _t5_pattern(self, q, k, mask, dtype: torch.dtype) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
+        """Unscaled scores plus the bias/padding/causal mask, softmax, through their hooks."""
+        scores = self.hook_attn_scores(torch.matmul(q, k.transpose(-1, -2)) + mask)  # [batch, head, q_pos, k_pos]
+        pattern = torch.softmax(scores.float(), dim=-1)
+        pattern = torch.nan_to_num(pattern, nan=0.0)  # a row with no visible key attends to nothing
+        return self.hook_pattern(pattern.to(dtype))
 
     def _mask(self, n_queries: int, n_keys: int, offset: int, position_bias, additive, like) -> torch.Tensor:
         """Position bias + padding mask + causal mask, one float tensor broadcasting to the scores."""

@@ -141,6 +141,18 @@ class HookPoint(nn.Module):
         """True if calling this hook point can do anything: a hook of any kind is attached."""
         return bool(self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks)
 
+    @property
+    def is_read_only(self) -> bool:
+        """True if no attached hook can change the activation or needs its gradient (e.g. only caching hooks).
+
+        A hook function declares itself read-only with a true `reads_only` attribute, as
+        `run_with_cache`'s savers do; any other hook, a backward hook or a torch module hook
+        makes this False.
+        """
+        if self._bwd_fns or self._forward_hooks or self._forward_pre_hooks:
+            return False
+        return all(getattr(fn, "reads_only", False) for fn in self._fwd_fns.values())
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Bypasses nn.Module.__call__: an unhooked HookPoint costs a few dict checks.
         if self._forward_hooks or self._forward_pre_hooks:
@@ -417,6 +429,7 @@ class HookedRootModule(nn.Module):
                     t = t[(slice(None),) * axis + (index,)]
                 cache[hook.name + key_suffix] = t if device is None else t.to(device)
 
+            save.reads_only = key_suffix == ""  # a forward saver never changes the activation
             return save
 
         names = self._names_from_filter(names_filter)

@@ -52,6 +52,28 @@ def test_identity_hooks_and_cache_are_bitwise_transparent(model, toks):
     assert torch.equal(plain, hooked) and torch.equal(plain, cached)
 
 
+@pytest.mark.parametrize("n_key_value_heads", [None, 2])
+def test_run_with_cache_returns_the_plain_forward_logits_on_the_fast_path(toks, n_key_value_heads):
+    """Caching only reads patterns, so the output keeps SDPA's values: run_with_cache(x) == model(x) bitwise."""
+    cfg = dict(CFG, n_key_value_heads=n_key_value_heads, positional_embedding_type="rotary", n_ctx=8)
+    model = HookedTransformer(HookedTransformerConfig(**cfg))
+    assert model.cfg.attn_implementation == "auto"
+    plain = model(toks)
+    cached_logits, cache = model.run_with_cache(toks)
+    assert torch.equal(cached_logits, plain)
+    model.cfg.attn_implementation = "eager"
+    eager_logits, eager_cache = model.run_with_cache(toks)
+    for name in ("blocks.0.attn.hook_pattern", "blocks.0.attn.hook_attn_scores"):
+        assert torch.equal(cache[name], eager_cache[name])  # the cached pattern is the explicit path's
+    # later layers read a residual stream written by SDPA instead: equal up to float rounding
+    torch.testing.assert_close(cache["pattern", 1], eager_cache["pattern", 1], atol=1e-6, rtol=0)
+    torch.testing.assert_close(eager_logits, plain, atol=1e-5, rtol=0)
+    model.cfg.attn_implementation = "auto"
+    # a hook that may edit the pattern still takes the explicit path, and its edit counts
+    zeroed = model.run_with_hooks(toks, fwd_hooks=[("blocks.1.attn.hook_pattern", lambda p, hook: p * 0)])
+    assert not torch.allclose(zeroed, plain)
+
+
 def test_nested_contexts_remove_only_their_own_hooks(model, toks):
     calls = []
     outer = ("blocks.0.hook_resid_pre", lambda x, hook: calls.append("outer"))
