@@ -1,0 +1,333 @@
+"""`PipelineTransformer`: one `HookedTransformer` split into contiguous stages over torch.distributed ranks.
+
+SPMD: every rank runs the same script. Rank 0 owns the embedding, the last rank
+`ln_final` and the unembedding, and each rank a contiguous run of blocks; weights a rank
+does not own stay on the `meta` device. A forward call goes:
+
+1. rank 0 tokenizes and embeds, and broadcasts the tokens and mask (every rank builds the
+   same `ForwardState`);
+2. the batch is cut into `micro_batches` slices (GPipe): each stage runs its blocks on a
+   slice and sends the residual `[batch, pos, d_model]` to the next stage, so stages work
+   on different slices at the same time;
+3. all ranks exchange an ok/error flag (a failure anywhere raises the same `PipelineError`
+   on every rank), then the last stage broadcasts the logits (or loss): `model(x)` returns
+   the same tensor on every rank.
+
+Hooks run on the rank that owns their hook point (with micro-batching, once per slice).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+from jaxtyping import Float, Int
+
+from components.forward_state import ForwardState
+from hooked.activation_cache import ActivationCache
+from hooked.errors import InputError
+from hooked.hooked_transformer import HookedTransformer, Output
+from hooked.scale.collectives import (
+    PipelineError,
+    agree,
+    broadcast_object,
+    broadcast_tensor,
+    describe,
+    init_group,
+    recv_tensor,
+    send_tensor,
+)
+from hooked.scale.stage_loading import Stage, load_stage
+from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
+
+logger = logging.getLogger(__name__)
+
+
+def from_pretrained_pipeline(
+    model_name: str, *, micro_batches: int = 1, timeout_s: float = 300.0, pipeline: bool = True, **kwargs
+) -> PipelineTransformer:
+    """`HookedTransformer.from_pretrained(model_name, pipeline=True, ...)` under torchrun.
+
+    Starts the process group if needed (gloo on CPU, NCCL on GPU, every collective
+    bounded by `timeout_s`), gives this rank its stage, and reads from the checkpoint
+    only that stage's tensors. Ranks that opened different checkpoints fail at once.
+    """
+    rank, world_size, device = init_group(timeout_s)
+    model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
+    model.micro_batches = micro_batches
+    fingerprints = [None] * world_size
+    dist.all_gather_object(fingerprints, model.fingerprint)
+    if len(set(fingerprints)) > 1:
+        groups = {fp: [r for r, f in enumerate(fingerprints) if f == fp] for fp in fingerprints}
+        raise PipelineError(
+            f"the ranks loaded different checkpoints (ranks grouped by checkpoint: {list(groups.values())}): "
+            f"give every rank the same files and revision of {model_name!r}"
+        )
+    return model
+
+
+class PipelineTransformer(HookedTransformer):
+    """A `HookedTransformer` whose blocks are spread over the ranks of a process group (see module doc)."""
+
+    is_pipeline = True
+    stage: Stage
+    device: torch.device
+    micro_batches: int = 1
+    fingerprint: str = ""
+    requested_keys: list[str]
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.device
+
+    @property
+    def rank(self) -> int:
+        return self.stage.rank
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(
+        self,
+        input,
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        start_at_layer: int | None = None,
+        tokens: Int[torch.Tensor, "batch pos"] | None = None,
+        shortformer_pos_embed=None,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache=None,
+        *,
+        step: int | None = None,
+        logits_to_keep: int = 0,
+        micro_batches: int | None = None,
+    ):
+        """As `HookedTransformer.forward`, pipelined; a collective: every rank must call it.
+
+        `micro_batches` (default `self.micro_batches`) cuts the batch into that many slices;
+        with a KV cache the batch is not cut. Rank 0's input is used.
+        """
+        if start_at_layer is not None or stop_at_layer is not None or shortformer_pos_embed is not None:
+            raise InputError("a pipelined model runs whole forwards: start_at_layer/stop_at_layer are not supported")
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        if logits_to_keep and return_type in ("loss", "both"):
+            raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
+        residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
+        n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
+        slices = _micro_slices(residual_batch(state), n_micro)
+        error, result = self._run_stages(residual, state, slices, return_type, loss_per_token, logits_to_keep)
+        agree(error, "pipelined forward")
+        self.forward_state = state
+        if past_kv_cache is not None and not past_kv_cache.frozen:
+            past_kv_cache.n_forwards += 1
+        return self._share_result(result, return_type)
+
+    def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step):
+        """Rank 0 embeds; every rank gets the tokens and mask and builds the same `ForwardState`."""
+        residual, info = None, None
+        if self.stage.is_first:
+            try:
+                residual, tokens, _, mask = self.input_to_embed(
+                    input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
+                )
+                batch, n_new = residual.shape[:2]
+                info = dict(batch=batch, n_new=n_new, mask=mask, tokens=tokens)
+            except Exception as e:  # reported to every rank below
+                info, first_error = describe(0, e), e
+        info = broadcast_object(info, 0)
+        if isinstance(info, str):
+            raise PipelineError(f"pipelined forward: {info}") from (first_error if self.stage.is_first else None)
+        if not self.stage.is_first:
+            mask = None if info["mask"] is None else info["mask"].to(self.device)
+            self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
+            self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
+        return residual, self.forward_state
+
+    def _run_stages(self, residual, state, slices, return_type, loss_per_token, logits_to_keep):
+        """This rank's part of every micro-batch; returns `(error or None, last stage's result)`."""
+        error, upstream_failed, outs = None, False, []
+        for sl in slices:
+            x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
+            upstream_failed = upstream_failed or x is None
+            if error is None and not upstream_failed:
+                try:
+                    x = self._run_blocks(x, _slice_state(state, sl))
+                    if self.stage.is_last and return_type is not None:
+                        outs.append(self._head(x, logits_to_keep))
+                except Exception as e:
+                    error = e
+            if not self.stage.is_last:
+                send_tensor(None if (error or upstream_failed) else x, self.rank + 1, self.device)
+        self.forward_state = state
+        result = None
+        if self.stage.is_last and error is None and not upstream_failed and return_type is not None:
+            try:
+                result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
+            except Exception as e:
+                error = e
+        return error, result
+
+    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState) -> torch.Tensor:
+        self.forward_state = state
+        for layer in self.stage.layers:
+            x = self.blocks[layer](x, state, None)  # [batch, pos, d_model]
+        return x
+
+    def _head(self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int) -> torch.Tensor:
+        if self.cfg.normalization_type is not None:
+            x = self.ln_final(x)
+        return self.unembed(x, logits_to_keep)  # [batch, pos, d_vocab_out]
+
+    def _loss_and_logits(self, logits, state: ForwardState, return_type: str, loss_per_token: bool):
+        if return_type == "logits":
+            return logits
+        tokens = state.tokens
+        if tokens is None:
+            raise ValueError("A loss needs tokens: pass tokens, not embeddings, to a pipelined model")
+        new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
+        loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits, loss)
+
+    def _share_result(self, result, return_type):
+        """Collective: the last stage's logits / loss on every rank."""
+        last = self.stage.world_size - 1
+        if return_type is None:
+            return None
+        if return_type == "both":
+            logits, loss = result if result is not None else (None, None)
+            return Output(broadcast_tensor(logits, last, self.device), broadcast_tensor(loss, last, self.device))
+        return broadcast_tensor(result, last, self.device)
+
+    # -- generation --------------------------------------------------------------------------
+    def agree_on_tokens(self, next_tokens: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
+        """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
+        return broadcast_tensor(next_tokens, self.stage.world_size - 1, self.device)
+
+    # -- caches ------------------------------------------------------------------------------
+    def run_with_cache(
+        self,
+        *model_args,
+        names_filter=None,
+        device=None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        return_cache_object: bool = True,
+        **model_kwargs,
+    ):
+        """Collective. Each activation stays on the rank that computed it; `cache[name]` broadcasts it.
+
+        Every rank must index the cache in the same order (SPMD), since reading an
+        activation is a broadcast from its owner. Micro-batch slices are concatenated.
+        """
+        if incl_bwd:
+            raise InputError("incl_bwd is not supported on a pipelined model (gradients do not cross ranks)")
+        parts = _SliceParts()
+        _, fwd, _ = self.get_caching_hooks(names_filter, False, device, remove_batch_dim, parts, pos_slice)
+        with self.hooks(fwd, [], reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
+            out = self(*model_args, **model_kwargs)
+        cache_dict = DistributedCacheDict(parts.assemble(), self)
+        if not return_cache_object:
+            return out, cache_dict
+        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        if self.forward_state is not None:
+            cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
+        return out, cache
+
+    def tokens_to_residual_directions(self, tokens):
+        """Collective: the unembedding directions, computed on the last stage and broadcast."""
+        result, error = None, None
+        if self.stage.is_last:
+            try:
+                result = super().tokens_to_residual_directions(tokens)
+            except Exception as e:
+                error = e
+        agree(error, "tokens_to_residual_directions")
+        return broadcast_tensor(result, self.stage.world_size - 1, self.device)
+
+
+class DistributedCacheDict(Mapping):
+    """Cached activations spread over ranks; reading one is a broadcast from the rank that owns it.
+
+    Building it is a collective (all ranks exchange the names they hold). Fetched copies
+    are kept, so each activation crosses the network at most once.
+    """
+
+    def __init__(self, local: dict[str, torch.Tensor], model: PipelineTransformer):
+        self.local, self.device, self.rank = local, model.device, model.rank
+        names = [None] * model.stage.world_size
+        dist.all_gather_object(names, list(local))
+        self.owner: dict[str, int] = {}
+        for rank, held in enumerate(names):
+            for name in held:
+                self.owner.setdefault(name, rank)
+        self.fetched: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.owner:
+            raise KeyError(name)
+        owner = self.owner[name]
+        if name not in self.fetched:  # the same on every rank: the first read of a name is the collective
+            local = self.local[name] if self.rank == owner else None
+            shared = broadcast_tensor(local, owner, self.device)
+            self.fetched[name] = local if self.rank == owner else shared
+        return self.fetched[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.owner
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.owner)
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+
+class _SliceParts(dict):
+    """A cache that keeps every value a hook stores under a name (one per micro-batch slice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts: dict[str, list[torch.Tensor]] = {}
+
+    def __setitem__(self, name: str, value: torch.Tensor) -> None:
+        self.parts.setdefault(name, []).append(value)
+
+    def assemble(self) -> dict[str, torch.Tensor]:
+        return {k: v[0] if len(v) == 1 else torch.cat(v, dim=0) for k, v in self.parts.items()}
+
+
+def residual_batch(state: ForwardState) -> int:
+    return state.positions.shape[0] if state.attention_mask is None else state.attention_mask.shape[0]
+
+
+def _micro_slices(batch: int, n_micro: int) -> list[slice]:
+    if n_micro < 1:
+        raise InputError(f"micro_batches must be >= 1, got {n_micro}")
+    if batch < n_micro:
+        raise InputError(
+            f"a batch of {batch} cannot be cut into micro_batches={n_micro} slices: pass a batch of at least "
+            f"{n_micro} or fewer micro_batches"
+        )
+    bounds = torch.arange(n_micro + 1) * batch // n_micro
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _slice_state(state: ForwardState, sl: slice) -> ForwardState:
+    """The `ForwardState` of rows `sl` of the batch."""
+    if sl == slice(0, residual_batch(state)):
+        return state
+
+    def rows(t):
+        return None if t is None else (t if t.shape[0] == 1 else t[sl])
+
+    return ForwardState(
+        rows(state.attention_mask), rows(state.positions), state.n_queries, state.n_keys, state.causal,
+        state.step, state.past_kv_cache, rows(state.tokens),
+    )

@@ -1,0 +1,348 @@
+"""Loading one pipeline stage: each rank reads from the checkpoint only the tensors its blocks need.
+
+The converters (`loading/`) are written for a whole state dict. Instead of changing them,
+a rank runs its family's converter twice over lazy views of the checkpoint:
+
+1. a *tracing* pass where every tensor is a shape-only `meta` tensor that remembers which
+   checkpoint keys it was computed from, to learn which checkpoint keys feed the
+   TransformerLens tensors this stage owns;
+2. a *reading* pass where only those keys are read from disk (`StageStateView`); every
+   other key is an empty `meta` tensor of the right shape and dtype.
+
+What the stage does not own stays on `meta` (no memory) in the model, which is otherwise
+the ordinary `HookedTransformer` module tree, so hook names are the single-process names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from hooked.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+_LAYER_KEY = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+_FIRST_MODULES = ("embed", "pos_embed", "hook_embed", "hook_pos_embed", "hook_tokens")
+_LAST_MODULES = ("ln_final", "unembed")
+
+
+# -- the split -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The contiguous blocks `layers` of pipeline stage `rank` out of `world_size`."""
+
+    rank: int
+    world_size: int
+    layers: range
+    n_layers: int
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank == self.world_size - 1
+
+    def owns_name(self, name: str) -> bool:
+        """Whether a parameter or hook name (`blocks.3.attn.W_Q`, `hook_embed`, `unembed.W_U`) lives here."""
+        return owner_of(name, self.world_size, self.n_layers) == self.rank
+
+
+def split_layers(n_layers: int, world_size: int) -> list[range]:
+    """Contiguous, balanced stages: the first `n_layers % world_size` stages get one block more."""
+    if world_size > n_layers:
+        raise InputError(
+            f"pipeline over {world_size} ranks but the model has only {n_layers} blocks: every stage needs at "
+            f"least one block; launch at most {n_layers} processes (torchrun --nproc-per-node)"
+        )
+    base, extra = divmod(n_layers, world_size)
+    bounds, start = [], 0
+    for rank in range(world_size):
+        stop = start + base + (rank < extra)
+        bounds.append(range(start, stop))
+        start = stop
+    return bounds
+
+
+def make_stage(n_layers: int, world_size: int, rank: int) -> Stage:
+    return Stage(rank, world_size, split_layers(n_layers, world_size)[rank], n_layers)
+
+
+def owner_of(name: str, world_size: int, n_layers: int) -> int:
+    """The rank that owns a TransformerLens parameter or hook name."""
+    if name.startswith("blocks."):
+        layer = int(name.split(".")[1])
+        for rank, layers in enumerate(split_layers(n_layers, world_size)):
+            if layer in layers:
+                return rank
+        raise KeyError(f"{name}: layer {layer} is beyond the model's {n_layers} blocks")
+    head = name.split(".")[0]
+    if head in _FIRST_MODULES:
+        return 0
+    if head in _LAST_MODULES:
+        return world_size - 1
+    raise KeyError(f"{name}: no pipeline stage owns this name")
+
+
+# -- tracing which checkpoint keys feed which converted tensors ----------------------------
+
+
+class _Traced(torch.Tensor):
+    """A meta tensor carrying `sources`: the checkpoint keys it was computed from."""
+
+    sources: frozenset = frozenset()
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.data_ptr:  # meta tensors all report 0; converters compare pointers to detect ties
+            return 1 + (hash(args[0].sources) & 0xFFFFFFFF)
+        flat, _ = tree_flatten((args, kwargs))
+        sources = frozenset().union(*(getattr(a, "sources", frozenset()) for a in flat if isinstance(a, torch.Tensor)))
+        out = super().__torch_function__(func, types, args, kwargs)
+
+        def tag(x):
+            if isinstance(x, _Traced):
+                x.sources = sources
+            return x
+
+        return tree_map(tag, out)
+
+
+def _meta_of(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
+    """An empty meta tensor with the shape and dtype of `state[key]`, without reading it."""
+    if hasattr(state, "meta_of"):
+        return state.meta_of(key)
+    return state[key].to("meta")
+
+
+class _TracingView(Mapping):
+    def __init__(self, state: Mapping[str, torch.Tensor]):
+        self._state = state
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        t = _meta_of(self._state, key).as_subclass(_Traced)
+        t.sources = frozenset([key])
+        return t
+
+    def __contains__(self, key) -> bool:
+        return key in self._state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+
+def trace_sources(convert, state: Mapping[str, torch.Tensor], cfg) -> dict[str, frozenset]:
+    """`{converted key: checkpoint keys it is computed from}`, by running `convert` on meta tensors."""
+    with torch.no_grad():
+        out = convert(_TracingView(state), cfg)
+    return {k: getattr(v, "sources", frozenset()) for k, v in out.items()}
+
+
+def _layer_of_checkpoint_key(key: str) -> int | None:
+    match = _LAYER_KEY.search(key)
+    return None if match is None else int(match.group(1))
+
+
+def keys_by_name(state: Mapping[str, torch.Tensor], stage: Stage) -> set[str]:
+    """Fallback when tracing fails: keys of this stage's layers, plus non-layer keys on the end stages."""
+    needed = set()
+    for key in state:
+        layer = _layer_of_checkpoint_key(key)
+        if layer is None:
+            if stage.is_first or stage.is_last:
+                needed.add(key)
+        elif layer in stage.layers:
+            needed.add(key)
+    return needed
+
+
+def needed_keys(convert, state: Mapping[str, torch.Tensor], cfg, stage: Stage) -> set[str]:
+    """The checkpoint keys the converted tensors owned by `stage` are computed from."""
+    try:
+        sources = trace_sources(convert, state, cfg)
+    except Exception as e:  # a converter that looks at values: fall back to key names
+        logger.info("tracing the converter on meta tensors failed (%s); selecting keys by layer number", e)
+        return keys_by_name(state, stage)
+    needed = set()
+    for name, keys in sources.items():
+        if stage.owns_name(name):
+            needed |= keys
+    return needed
+
+
+# -- the reading view --------------------------------------------------------------------------
+
+
+class StageStateView(Mapping):
+    """The checkpoint as the converter sees it on one rank: `needed` keys are read, others are meta.
+
+    `requested` records, in order, every key actually read from the checkpoint (tests assert on it).
+    """
+
+    def __init__(self, state: Mapping[str, torch.Tensor], needed: set[str]):
+        self._state = state
+        self.needed = needed
+        self.requested: list[str] = []
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self.needed:
+            return _meta_of(self._state, key)
+        self.requested.append(key)
+        return self._state[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def file_of(self, key: str):
+        return self._state.file_of(key) if hasattr(self._state, "file_of") else "hf_model's state dict"
+
+
+def meta_except_owned(state: dict[str, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
+    """Converted tensors: owned ones must be real; every other one becomes meta (frees any real data)."""
+    out = {}
+    for name, tensor in state.items():
+        if stage.owns_name(name):
+            if tensor.is_meta:
+                raise RuntimeError(f"{name} belongs to stage {stage.rank} but was not read from the checkpoint")
+            out[name] = tensor
+        else:
+            out[name] = tensor if tensor.is_meta else torch.empty_like(tensor, device="meta")
+    return out
+
+
+# -- fingerprints -------------------------------------------------------------------------------
+
+
+def checkpoint_fingerprint(state: Mapping[str, torch.Tensor], hf_config: Any) -> str:
+    """A digest of the config, every tensor's name/shape/dtype, and the first and last bytes of each file.
+
+    Cheap (no tensor is read), and different for a different checkpoint or revision.
+    """
+    h = hashlib.sha256()
+    to_dict = getattr(hf_config, "to_dict", None)
+    h.update(json.dumps(to_dict() if to_dict else str(hf_config), sort_keys=True, default=str).encode())
+    for key in sorted(state):
+        meta = _meta_of(state, key)
+        h.update(f"{key}:{tuple(meta.shape)}:{meta.dtype};".encode())
+    files = sorted({str(state.file_of(k)) for k in state}) if hasattr(state, "file_of") else []
+    for path in files:
+        with open(path, "rb") as f:
+            h.update(f.read(1 << 16))
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - (1 << 16)))
+            h.update(f.read())
+            h.update(str(size).encode())
+    return h.hexdigest()
+
+
+# -- building the stage's model ---------------------------------------------------------------
+
+
+def _from_pretrained_arguments(kwargs: dict) -> dict:
+    """`from_pretrained`'s keyword arguments with their defaults; unknown ones go to `from_pretrained_kwargs`."""
+    from hooked.hooked_transformer import HookedTransformer
+
+    params = inspect.signature(HookedTransformer.from_pretrained).parameters
+    kw = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+    kw["from_pretrained_kwargs"] = {k: v for k, v in kwargs.items() if k not in params}
+    kw.update({k: v for k, v in kwargs.items() if k in params})
+    return kw
+
+
+def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: torch.device, **kwargs):
+    """A `cls` model holding real weights only for stage `rank` of `world_size` (see module doc)."""
+    from loading.checkpoint import load_tokenizer
+    from loading.checkpoints import resolve_checkpoint
+    from loading.pretrained import build_config, hf_architecture, resolve_source
+    from loading.registry import get_architecture
+    from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype
+
+    kw, device = _from_pretrained_arguments(kwargs), stage_device
+    if kw["n_devices"] != 1 or kw["device"] is not None:
+        raise InputError("pipeline=True places each stage on its rank's device: do not pass device= or n_devices=")
+    hf_model, tokenizer = kw["hf_model"], kw["tokenizer"]
+    checkpoints = {k: kw[k] for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
+    hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
+    where, checkpoint_fields = resolve_checkpoint(model_name, **checkpoints, hf_model=hf_model, **hub_kwargs)
+    source = resolve_source(where, hf_model, **hub_kwargs)
+    arch_name = hf_architecture(source.hf_config, hf_model)
+    cfg = build_config(
+        source.hf_config, arch_name, model_name, n_ctx=kw["n_ctx"], n_layers=kw["first_n_layers"],
+        default_prepend_bos=kw["default_prepend_bos"], dtype=to_dtype(kw["dtype"]), device=str(device),
+        **checkpoint_fields,
+    )
+    stage = make_stage(cfg.n_layers, world_size, rank)
+    convert = get_architecture(arch_name).weights
+    view = StageStateView(source.state, needed_keys(convert, source.state, cfg, stage))
+    state, tracked = convert_checked(convert, view, cfg, lambda key: str(view.file_of(key)))
+    state = meta_except_owned(state, stage)
+    protected = frozenset(source.state[k].untyped_storage().data_ptr() for k in view.needed) if source.shared_with_user else frozenset()
+    if tokenizer is None and source.tokenizer_path is not None:
+        tokenizer = load_tokenizer(source.tokenizer_path)
+    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw["default_padding_side"])
+    expected = {k: v.shape for k, v in model.state_dict().items() if stage.owns_name(k)}
+    check_converted_shapes(expected, state, tracked)
+    _process_and_adopt(model, state, stage, device, kw, protected)
+    model.stage, model.device, model.requested_keys = stage, device, view.requested
+    model.fingerprint = checkpoint_fingerprint(source.state, source.hf_config)
+    logger.info("rank %d: loaded blocks %s of %s (%d tensors read)", rank, list(stage.layers), model_name, len(view.requested))
+    return model
+
+
+def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, kw: dict, protected) -> None:
+    """Process weights (other stages' tensors are meta: shape-only), keep this stage's, free the rest."""
+    from hooked.weight_processing import process_state_dict
+
+    flags = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
+    state = process_state_dict(model, state, **{f: kw[f] for f in flags}, in_place=True, protected_storages=protected)
+    for name in list(state):
+        tensor = state.pop(name)
+        if not stage.owns_name(name):
+            continue
+        tensor = tensor.to(device=device, dtype=model.cfg.dtype)
+        if tensor.untyped_storage().data_ptr() in protected:
+            tensor = tensor.clone()
+        module_name, leaf = name.rsplit(".", 1)
+        module = model.get_submodule(module_name)
+        if leaf in module._buffers:
+            module._buffers[leaf] = tensor
+        else:
+            module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
+    for name, module in _stage_modules(model, stage, owned=False):
+        module.to("meta")
+    for name, module in _stage_modules(model, stage, owned=True):
+        module.to(device)  # buffers (rotary tables) of the owned modules
+
+
+def _stage_modules(model, stage: Stage, owned: bool):
+    """`(name, module)` of the top-level parts (blocks, embeddings, final norm, unembed) owned or not here."""
+    for name, module in model.named_children():
+        if name == "blocks":
+            for i, block in enumerate(module):
+                if (i in stage.layers) == owned:
+                    yield f"blocks.{i}", block
+        elif name in _FIRST_MODULES + _LAST_MODULES and stage.owns_name(name) == owned:
+            yield name, module
