@@ -51,7 +51,9 @@ def checks(model) -> dict:
     with model.hooks(fwd_hooks=edit_hooks(n_layers)):
         out["edited_ctx"] = model(toks)
     kwargs = {"micro_batches": 2} if getattr(model, "is_pipeline", False) else {}
-    _, cache = model.run_with_cache(toks, **kwargs)
+    _, micro_cache = model.run_with_cache(toks, **kwargs)  # slices cached per micro-batch, concatenated
+    out["resid_mid_micro"] = micro_cache["blocks.1.hook_resid_mid"]
+    _, cache = model.run_with_cache(toks)
     out["resid_post_last"] = cache[f"blocks.{n_layers - 1}.hook_resid_post"]
     out["pattern0"] = cache["pattern", 0]
     out["embed"] = cache["hook_embed"]
@@ -148,8 +150,9 @@ SCENARIOS = {
 }
 
 if __name__ == "__main__":
-    scenario, out, *dirs = sys.argv[1:]
-    SCENARIOS[scenario](Path(out), dirs, int(os.environ["RANK"]))
+    scenarios, out, *dirs = sys.argv[1:]
+    for scenario in scenarios.split("+"):
+        SCENARIOS[scenario](Path(out), dirs, int(os.environ["RANK"]))
     import torch.distributed as dist
 
     if dist.is_initialized():

@@ -1,0 +1,190 @@
+"""The torch.distributed pipeline (hooked/scale/pipeline.py) against the single-process model.
+
+Real gloo process groups on 127.0.0.1: a world of 2 and one of 3 ranks, spawned from here,
+run tiny random checkpoints of four families (GPT-2, Llama with GQA, Gemma 3 with
+local/global layers, Mixtral MoE) through `tests/integration/pipeline_worker.py`, which
+saves what every rank saw; this process compares it with `from_pretrained` in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.integration import pipeline_worker
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(pipeline_worker.__file__)
+ROOT = WORKER.parents[2]
+ATOL = 1e-6  # SPEC: pipelined logits within 1e-6 of the single-process model
+WAIT_S = 240
+GEMMA3_LAYERS = ["sliding_attention", "full_attention"] * 2
+
+
+def _save_models(root: Path) -> dict[str, Path]:
+    from tests.acceptance.test_gemma_parity import tiny_gemma
+    from tests.acceptance.tiny_models import tiny_hf
+    from tests.helpers import tiny_gpt2
+
+    makers = {
+        "gpt2": lambda: tiny_gpt2(n_layer=4, vocab_size=96, bos_token_id=1, eos_token_id=2),
+        "llama_gqa": lambda: tiny_hf("Llama", num_hidden_layers=4, num_key_value_heads=2, tie_word_embeddings=False),
+        "gemma3": lambda: tiny_gemma("gemma3_mixed_rope", num_hidden_layers=4, layer_types=GEMMA3_LAYERS),
+        "mixtral": lambda: tiny_hf(
+            "Mixtral", num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2
+        ),
+        "two_layers": lambda: tiny_hf("Llama", num_hidden_layers=2),
+    }
+    dirs = {}
+    for name, make in makers.items():
+        dirs[name] = root / name
+        make().save_pretrained(dirs[name])
+    return dirs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(world: int, scenario: str, out: Path, dirs: list[Path], wait_s: float = WAIT_S) -> list[int]:
+    """Start `world` ranks of the worker on 127.0.0.1 and wait (bounded) for all; returns exit codes."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(
+            os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
+        )  # fmt: skip
+        log = open(out / f"{scenario}_rank{rank}.log", "w")
+        cmd = [sys.executable, str(WORKER), scenario, str(out), *map(str, dirs)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+    codes = []
+    try:
+        for p in procs:
+            codes.append(p.wait(timeout=wait_s))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return codes
+
+
+def _logs(out: Path, scenario: str) -> str:
+    return "\n".join(p.read_text()[-3000:] for p in sorted(out.glob(f"{scenario}_rank*.log")))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    return _save_models(tmp_path_factory.mktemp("pipeline_models"))
+
+
+@pytest.fixture(scope="module")
+def world2(models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("world2")
+    dirs = [models[n] for n in ("gpt2", "llama_gqa", "gemma3", "mixtral")]
+    codes = launch(2, "parity+faults", out, dirs)
+    assert codes == [0, 0], _logs(out, "parity+faults")
+    return out
+
+
+@pytest.fixture(scope="module")
+def world3(models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("world3")
+    dirs = [models[n] for n in ("llama_gqa", "mixtral", "two_layers")]
+    codes = launch(3, "parity+too_many_ranks", out, dirs)
+    assert codes == [0, 0, 0], _logs(out, "parity+too_many_ranks")
+    return out
+
+
+def reference(directory: Path) -> dict:
+    from hooked import HookedTransformer
+
+    return pipeline_worker.checks(HookedTransformer.from_pretrained(str(directory)))
+
+
+def _compare(got: dict, want: dict, name: str, rank: int) -> None:
+    for key in ("logits", "logits_micro", "loss", "edited", "edited_ctx", "resid_post_last", "pattern0", "embed",
+                "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro"):  # fmt: skip
+        torch.testing.assert_close(got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}")
+    for key in ("greedy", "sampled", "sampled_no_cache"):
+        assert torch.equal(got[key], want[key]), f"{name} rank {rank}: {key} tokens differ"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "gemma3", "mixtral"])
+def test_two_ranks_match_one_process(world2, models, name):
+    want = reference(models[name])
+    for rank in range(2):
+        got = torch.load(world2 / f"{name}_rank{rank}.pt", weights_only=False)
+        assert got["layers"] == [[0, 1], [2, 3]][rank]
+        _compare(got, want, name, rank)
+    assert not torch.equal(want["edited"], want["logits"]), "the editing hooks must change the logits"
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "mixtral"])
+def test_three_ranks_match_one_process(world3, models, name):
+    want = reference(models[name])
+    for rank in range(3):
+        got = torch.load(world3 / f"{name}_rank{rank}.pt", weights_only=False)
+        assert got["layers"] == [[0, 1], [2], [3]][rank]
+        _compare(got, want, name, rank)
+
+
+def _layer(key: str) -> int | None:
+    parts = key.split(".")
+    return int(parts[2]) if len(parts) > 2 and parts[1] in ("layers", "h") and parts[2].isdigit() else None
+
+
+@pytest.mark.parametrize("world_name", ["world2", "world3"])
+def test_each_rank_reads_only_its_tensors(request, models, world_name):
+    from loading.checkpoint import SafetensorsStateDict, safetensors_files
+
+    out = request.getfixturevalue(world_name)
+    world = 2 if world_name == "world2" else 3
+    state = SafetensorsStateDict(safetensors_files(models["llama_gqa"]))
+    for rank in range(world):
+        got = torch.load(out / f"llama_gqa_rank{rank}.pt", weights_only=False)
+        requested = got["requested_keys"]
+        assert len(requested) == len(set(requested)), "a tensor was read twice"
+        layer_keys = {k for k in requested if _layer(k) is not None}
+        assert layer_keys == {k for k in state if _layer(k) in got["layers"]}
+        others = set(requested) - layer_keys
+        want = {"model.embed_tokens.weight"} if rank == 0 else set()
+        if rank == world - 1:
+            want |= {"model.norm.weight", "lm_head.weight"}  # untied: the last rank never reads the embedding
+        assert others == want
+
+
+def test_faults_reach_every_rank_without_hanging(world2):
+    reports = [torch.load(world2 / f"faults_rank{r}.pt", weights_only=False) for r in range(2)]
+    for rank, report in enumerate(reports):
+        assert "rank 1 failed: ValueError: hook failed on purpose" in report["hook"], (rank, report["hook"])
+        assert "rank 0 failed: ValueError: hook failed on purpose" in report["hook_micro"], report["hook_micro"]
+        assert "rank 0 failed: TokenError" in report["input"], report["input"]
+        assert report["micro"].startswith("InputError") and "micro_batches=2" in report["micro"]
+        assert "different checkpoints" in report["fingerprint"] and "[[0], [1]]" in report["fingerprint"]
+    torch.testing.assert_close(reports[0]["after"], reports[1]["after"], atol=0, rtol=0)
+    assert reports[0]["hook"] == reports[1]["hook"] and reports[0]["input"] == reports[1]["input"]
+
+
+def test_more_ranks_than_blocks_is_refused(world3):
+    for rank in range(3):
+        message = json.loads((world3 / f"too_many_ranks_rank{rank}.json").read_text())
+        assert message.startswith("InputError") and "3 ranks" in message and "only 2 blocks" in message
+
+
+def test_a_dead_rank_ends_the_others(models, tmp_path):
+    codes = launch(2, "crash", tmp_path, [models["llama_gqa"]], wait_s=150)
+    assert (tmp_path / "crash_started_rank0").exists(), _logs(tmp_path, "crash")
+    assert codes[1] == 3  # the rank that died
+    assert codes[0] != 0  # the survivor failed (connection closed or timeout) instead of waiting forever
