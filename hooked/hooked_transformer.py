@@ -150,7 +150,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         Weights are converted without instantiating the HF model (unless `hf_model` is
         given), then processed as TransformerLens does by default.
         """
-        if from_pretrained_kwargs.get("pipeline"):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
+        if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
             args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
             from hooked.scale.pipeline import from_pretrained_pipeline
 
