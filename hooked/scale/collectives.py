@@ -57,7 +57,10 @@ def agree(error: BaseException | None, what: str) -> None:
     """Collective: raise the same `PipelineError` on every rank if any rank reports an error."""
     report = None if error is None else describe(dist.get_rank(), error)
     reports = [None] * dist.get_world_size()
-    dist.all_gather_object(reports, report)
+    try:
+        dist.all_gather_object(reports, report)
+    except RuntimeError as e:  # a peer closed its connection (crashed) or the group's timeout expired
+        raise PipelineError(f"{what}: a rank stopped answering (it crashed or timed out): {e}") from error or e
     failed = [r for r in reports if r is not None]
     if failed:
         raise PipelineError(f"{what}: {'; '.join(failed)}") from error

@@ -116,6 +116,8 @@ class PipelineTransformer(HookedTransformer):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
         if logits_to_keep and return_type in ("loss", "both"):
             raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
+        if past_kv_cache is not None:
+            self._release_other_stages_kv(past_kv_cache)
         residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
         slices = _micro_slices(residual_batch(state), n_micro)
@@ -125,6 +127,13 @@ class PipelineTransformer(HookedTransformer):
         if past_kv_cache is not None and not past_kv_cache.frozen:
             past_kv_cache.n_forwards += 1
         return self._share_result(result, return_type)
+
+    def _release_other_stages_kv(self, past_kv_cache) -> None:
+        """A KV cache is built for every layer; on this rank only this stage's layers are ever filled."""
+        for layer, entry in enumerate(past_kv_cache.entries):
+            if layer not in self.stage.layers and entry._keys.shape[1]:
+                entry._keys = entry._keys[:, :0].clone()  # [batch, 0, kv_head, d_head]
+                entry._values = entry._values[:, :0].clone()
 
     def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step):
         """Rank 0 embeds; every rank gets the tokens and mask and builds the same `ForwardState`."""

@@ -1,7 +1,7 @@
 """One rank of the pipeline tests (tests/integration/test_pipeline.py starts a world of these).
 
-`python pipeline_worker.py SCENARIO OUT_DIR MODEL_DIR...`; the rank and world come from torchrun's
-environment variables. Each scenario saves what it saw to `OUT_DIR/<model>_rank<r>.pt`; the
+`python pipeline_worker.py OUT_DIR SCENARIO=MODEL_DIR[,MODEL_DIR...] ...` runs the scenarios in order;
+the rank and world come from torchrun's environment variables. Each scenario saves what it saw to `OUT_DIR/<model>_rank<r>.pt`; the
 test process compares that with the single-process model.
 """
 
@@ -150,9 +150,10 @@ SCENARIOS = {
 }
 
 if __name__ == "__main__":
-    scenarios, out, *dirs = sys.argv[1:]
-    for scenario in scenarios.split("+"):
-        SCENARIOS[scenario](Path(out), dirs, int(os.environ["RANK"]))
+    out, *scenarios = sys.argv[1:]
+    for scenario in scenarios:
+        name, dirs = scenario.split("=")
+        SCENARIOS[name](Path(out), dirs.split(","), int(os.environ["RANK"]))
     import torch.distributed as dist
 
     if dist.is_initialized():

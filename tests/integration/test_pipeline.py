@@ -56,18 +56,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(world: int, scenario: str, out: Path, dirs: list[Path], wait_s: float = WAIT_S) -> list[int]:
+def launch(world: int, out: Path, scenarios: dict[str, list[Path]], wait_s: float = WAIT_S) -> list[int]:
     """Start `world` ranks of the worker on 127.0.0.1 and wait (bounded) for all; returns exit codes."""
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     procs = []
+    args = [f"{name}={','.join(map(str, dirs))}" for name, dirs in scenarios.items()]
     for rank in range(world):
         env = dict(
             os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="",
+            MASTER_PORT=str(port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
         )  # fmt: skip
-        log = open(out / f"{scenario}_rank{rank}.log", "w")
-        cmd = [sys.executable, str(WORKER), scenario, str(out), *map(str, dirs)]
+        log = open(out / f"rank{rank}.log", "w")
+        cmd = [sys.executable, str(WORKER), str(out), *args]
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     codes = []
     try:
@@ -80,8 +81,8 @@ def launch(world: int, scenario: str, out: Path, dirs: list[Path], wait_s: float
     return codes
 
 
-def _logs(out: Path, scenario: str) -> str:
-    return "\n".join(p.read_text()[-3000:] for p in sorted(out.glob(f"{scenario}_rank*.log")))
+def _logs(out: Path) -> str:
+    return "\n".join(p.read_text()[-3000:] for p in sorted(out.glob("rank*.log")))
 
 
 @pytest.fixture(scope="module")
@@ -93,17 +94,18 @@ def models(tmp_path_factory) -> dict[str, Path]:
 def world2(models, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("world2")
     dirs = [models[n] for n in ("gpt2", "llama_gqa", "gemma3", "mixtral")]
-    codes = launch(2, "parity+faults", out, dirs)
-    assert codes == [0, 0], _logs(out, "parity+faults")
+    codes = launch(2, out, {"parity": dirs, "faults": [models["gpt2"], models["llama_gqa"]]})
+    assert codes == [0, 0], _logs(out)
     return out
 
 
 @pytest.fixture(scope="module")
 def world3(models, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("world3")
-    dirs = [models[n] for n in ("llama_gqa", "mixtral", "two_layers")]
-    codes = launch(3, "parity+too_many_ranks", out, dirs)
-    assert codes == [0, 0, 0], _logs(out, "parity+too_many_ranks")
+    scenarios = {"parity": [models["llama_gqa"]], "too_many_ranks": [models["two_layers"]], "crash": [models["gpt2"]]}
+    codes = launch(3, out, scenarios)
+    assert (out / "crash_started_rank2").exists(), _logs(out)
+    out.joinpath("codes.json").write_text(json.dumps(codes))
     return out
 
 
@@ -131,7 +133,7 @@ def test_two_ranks_match_one_process(world2, models, name):
     assert not torch.equal(want["edited"], want["logits"]), "the editing hooks must change the logits"
 
 
-@pytest.mark.parametrize("name", ["llama_gqa", "mixtral"])
+@pytest.mark.parametrize("name", ["llama_gqa"])
 def test_three_ranks_match_one_process(world3, models, name):
     want = reference(models[name])
     for rank in range(3):
@@ -179,12 +181,14 @@ def test_faults_reach_every_rank_without_hanging(world2):
 
 def test_more_ranks_than_blocks_is_refused(world3):
     for rank in range(3):
-        message = json.loads((world3 / f"too_many_ranks_rank{rank}.json").read_text())
+        message = json.loads((world3 / f"too_many_rank{rank}.json").read_text())
         assert message.startswith("InputError") and "3 ranks" in message and "only 2 blocks" in message
 
 
-def test_a_dead_rank_ends_the_others(models, tmp_path):
-    codes = launch(2, "crash", tmp_path, [models["llama_gqa"]], wait_s=150)
-    assert (tmp_path / "crash_started_rank0").exists(), _logs(tmp_path, "crash")
-    assert codes[1] == 3  # the rank that died
-    assert codes[0] != 0  # the survivor failed (connection closed or timeout) instead of waiting forever
+def test_a_dead_rank_ends_the_others(world3):
+    """The last of 3 ranks dies inside a forward (after the scenarios above): the others fail, not hang."""
+    codes = json.loads((world3 / "codes.json").read_text())
+    assert codes[2] == 3  # the rank that died
+    assert codes[0] != 0 and codes[1] != 0  # connection closed or timeout: an error, not a wait forever
+    for rank in (0, 1):
+        assert "PipelineError" in (world3 / f"rank{rank}.log").read_text()
