@@ -9,6 +9,7 @@ group's timeout bounds every call, so even a rank that died is reported, never a
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from datetime import timedelta
@@ -49,6 +50,21 @@ def init_group(timeout_s: float = 300.0) -> tuple[int, int, torch.device]:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def _transport(fn):
+    """Turn the backend's errors (a peer closed its connection, the timeout expired) into `PipelineError`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PipelineError:
+            raise
+        except RuntimeError as e:
+            raise PipelineError(f"{fn.__name__}: a rank stopped answering (it crashed or timed out): {e}") from e
+
+    return wrapper
+
+
 def describe(rank: int, error: BaseException) -> str:
     return f"rank {rank} failed: {type(error).__name__}: {error}"
 
@@ -66,6 +82,7 @@ def agree(error: BaseException | None, what: str) -> None:
         raise PipelineError(f"{what}: {'; '.join(failed)}") from error
 
 
+@_transport
 def send_tensor(tensor: torch.Tensor | None, dst: int, device: torch.device) -> None:
     """Send a header and, unless `tensor` is None (this rank failed), the tensor."""
     header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64, device=device)
@@ -79,6 +96,7 @@ def send_tensor(tensor: torch.Tensor | None, dst: int, device: torch.device) -> 
     dist.send(tensor.contiguous(), dst)
 
 
+@_transport
 def recv_tensor(src: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
     """The tensor `send_tensor` sent from `src`, or None if that rank reported a failure."""
     header = torch.empty(2 + _MAX_DIMS, dtype=torch.int64, device=device)
@@ -91,6 +109,7 @@ def recv_tensor(src: int, dtype: torch.dtype, device: torch.device) -> torch.Ten
     return tensor
 
 
+@_transport
 def broadcast_object(obj, src: int):
     """Collective: `obj` of rank `src` on every rank (pickled; for small things only)."""
     box = [obj]
@@ -98,6 +117,7 @@ def broadcast_object(obj, src: int):
     return box[0]
 
 
+@_transport
 def broadcast_tensor(tensor: torch.Tensor | None, src: int, device: torch.device) -> torch.Tensor:
     """Collective: rank `src`'s tensor on every rank (shape and dtype first, then the data)."""
     meta = broadcast_object(None if tensor is None else (tuple(tensor.shape), tensor.dtype), src)
