@@ -148,7 +148,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
-        given), then processed as TransformerLens does by default.
+        given), then processed as TransformerLens does by default. Under `torchrun`,
+        `pipeline=True` (with `micro_batches=`, `timeout_s=`) gives each rank one stage of
+        blocks and reads only that stage's tensors (`hooked/scale/pipeline.py`).
         """
         if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
             args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
