@@ -112,7 +112,12 @@ def world3(models, tmp_path_factory) -> Path:
 def reference(directory: Path) -> dict:
     from hooked import HookedTransformer
 
-    return pipeline_worker.checks(HookedTransformer.from_pretrained(str(directory)))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank (OMP_NUM_THREADS=1): the same reduction order in every matmul
+    try:
+        return pipeline_worker.checks(HookedTransformer.from_pretrained(str(directory)))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _compare(got: dict, want: dict, name: str, rank: int) -> None:
