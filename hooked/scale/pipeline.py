@@ -39,6 +39,7 @@ from hooked.scale.collectives import (
     recv_tensor,
     send_tensor,
 )
+from hooked.scale.pipeline_grad import RecvGradFromNext, SendGradBack
 from hooked.scale.stage_loading import Stage, load_stage
 from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 
@@ -121,12 +122,23 @@ class PipelineTransformer(HookedTransformer):
         residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
         slices = _micro_slices(residual_batch(state), n_micro)
-        error, result = self._run_stages(residual, state, slices, return_type, loss_per_token, logits_to_keep)
+        track = torch.is_grad_enabled() and len(slices) == 1  # gradients cross ranks without micro-batching
+        error, result, stage_out = self._run_stages(
+            residual, state, slices, return_type, loss_per_token, logits_to_keep, track
+        )
         agree(error, "pipelined forward")
         self.forward_state = state
         if past_kv_cache is not None and not past_kv_cache.frozen:
             past_kv_cache.n_forwards += 1
-        return self._share_result(result, return_type)
+        result = self._share_result(result, return_type)
+        if track and not self.stage.is_last and stage_out is not None and stage_out.requires_grad:
+            if return_type == "both":
+                return Output(result.logits, self._tie_to_stage(result.loss, stage_out))
+            result = self._tie_to_stage(result, stage_out) if result is not None else None
+        return result
+
+    def _tie_to_stage(self, result: torch.Tensor, stage_out: torch.Tensor) -> torch.Tensor:
+        return RecvGradFromNext.apply(result, stage_out, self.rank + 1, self.device)
 
     def _release_other_stages_kv(self, past_kv_cache) -> None:
         """A KV cache is built for every layer; on this rank only this stage's layers are ever filled."""
@@ -156,12 +168,17 @@ class PipelineTransformer(HookedTransformer):
             self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
         return residual, self.forward_state
 
-    def _run_stages(self, residual, state, slices, return_type, loss_per_token, logits_to_keep):
-        """This rank's part of every micro-batch; returns `(error or None, last stage's result)`."""
+    def _run_stages(self, residual, state, slices, return_type, loss_per_token, logits_to_keep, track):
+        """This rank's part of every micro-batch; returns `(error or None, last stage's result, stage output)`.
+
+        With `track`, the received residual records a `SendGradBack` node (see pipeline_grad.py).
+        """
         error, upstream_failed, outs = None, False, []
         for sl in slices:
             x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
             upstream_failed = upstream_failed or x is None
+            if track and x is not None and not self.stage.is_first:
+                x = SendGradBack.apply(x.requires_grad_(), self.rank - 1, self.device)
             if error is None and not upstream_failed:
                 try:
                     x = self._run_blocks(x, _slice_state(state, sl))
@@ -178,7 +195,7 @@ class PipelineTransformer(HookedTransformer):
                 result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
             except Exception as e:
                 error = e
-        return error, result
+        return error, result, x
 
     def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState) -> torch.Tensor:
         self.forward_state = state
@@ -235,12 +252,14 @@ class PipelineTransformer(HookedTransformer):
         Every rank must index the cache in the same order (SPMD), since reading an
         activation is a broadcast from its owner. Micro-batch slices are concatenated.
         """
-        if incl_bwd:
-            raise InputError("incl_bwd is not supported on a pipelined model (gradients do not cross ranks)")
         parts = _SliceParts()
-        _, fwd, _ = self.get_caching_hooks(names_filter, False, device, remove_batch_dim, parts, pos_slice)
-        with self.hooks(fwd, [], reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
+        _, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, parts, pos_slice)
+        with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
             out = self(*model_args, **model_kwargs)
+            if incl_bwd:
+                if not isinstance(out, torch.Tensor) or out.numel() != 1:
+                    raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
+                out.backward()  # every rank: gradients flow back stage by stage
         cache_dict = DistributedCacheDict(parts.assemble(), self)
         if not return_cache_object:
             return out, cache_dict

@@ -61,6 +61,10 @@ def checks(model) -> dict:
     decomposed = cache.decompose_resid(apply_ln=True)
     out["decomposed"] = decomposed
     out["logit_attrs"] = cache.logit_attrs(decomposed, tokens=toks[:, -1], incorrect_tokens=toks[:, -2])
+    resid_names = ("blocks.0.hook_resid_pre", f"blocks.{n_layers - 1}.hook_resid_post")
+    _, grads = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter=lambda n: n in resid_names)
+    out["grad_first"], out["grad_last"] = (grads[name + "_grad"] for name in resid_names)
+    model.zero_grad(set_to_none=True)
     clean, corrupted = toks[:1], prompt_tokens(vocab, batch=1, seed=1)
     _, clean_cache = model.run_with_cache(clean)
     out["patching"] = get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
