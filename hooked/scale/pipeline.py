@@ -56,7 +56,16 @@ def from_pretrained_pipeline(
     only that stage's tensors. Ranks that opened different checkpoints fail at once.
     """
     rank, world_size, device = init_group(timeout_s)
-    model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
+    model, error = None, None
+    try:
+        model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
+    except Exception as e:  # reported to every rank, so none waits for the others
+        error = e
+    errors = [None] * world_size
+    dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None and len(set(errors)) == 1:
+        raise error  # the same refusal on every rank (e.g. more ranks than blocks): raise it as is
+    agree(error, f"loading {model_name!r}")
     model.micro_batches = micro_batches
     fingerprints = [None] * world_size
     dist.all_gather_object(fingerprints, model.fingerprint)
