@@ -238,6 +238,12 @@ class PipelineTransformer(HookedTransformer):
         return broadcast_tensor(result, last, self.device)
 
     # -- generation --------------------------------------------------------------------------
+    def generate(self, *args, **kwargs):
+        """`HookedTransformer.generate`, pipelined (a collective): each stage keeps its blocks' KV cache."""
+        if kwargs.get("return_cache"):
+            raise InputError("generate(return_cache=True) is not supported on a pipelined model: use run_with_cache")
+        return super().generate(*args, **kwargs)
+
     def agree_on_tokens(self, next_tokens: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
         """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
         return broadcast_tensor(next_tokens, self.stage.world_size - 1, self.device)
