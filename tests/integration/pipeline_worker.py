@@ -77,10 +77,21 @@ def checks(model) -> dict:
     return out
 
 
+def placement(model) -> dict:
+    """Which hooks fired on this rank (per micro-batch) and which cached activations stay here."""
+    n_layers, fired = model.cfg.n_layers, []
+    toks = prompt_tokens(model.cfg.d_vocab)
+    names = ["hook_embed", "blocks.0.hook_resid_pre", f"blocks.{n_layers - 1}.hook_resid_post", "ln_final.hook_normalized"]
+    model.run_with_hooks(toks, fwd_hooks=[(n, lambda x, hook: fired.append(hook.name)) for n in names], micro_batches=2)
+    _, cache_dict = model.run_with_cache(toks, return_cache_object=False)
+    return {"fired": fired, "local_names": sorted(cache_dict.local), "all_names": sorted(cache_dict)}
+
+
 def scenario_parity(out_dir: Path, model_dirs: list[str], rank: int) -> None:
     for directory in model_dirs:
         model = HookedTransformer.from_pretrained(directory, pipeline=True, timeout_s=TIMEOUT_S)
         result = checks(model)
+        result.update(placement(model))
         result["requested_keys"] = list(model.requested_keys)
         result["layers"] = list(model.stage.layers)
         torch.save(result, out_dir / f"{Path(directory).name}_rank{rank}.pt")

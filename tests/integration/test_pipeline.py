@@ -138,6 +138,21 @@ def test_two_ranks_match_one_process(world2, models, name):
     assert not torch.equal(want["edited"], want["logits"]), "the editing hooks must change the logits"
 
 
+def test_hooks_run_and_activations_stay_on_the_owning_rank(world2, world3):
+    for out, world in ((world2, 2), (world3, 3)):
+        ranks = [torch.load(out / f"llama_gqa_rank{r}.pt", weights_only=False) for r in range(world)]
+        last = "blocks.3.hook_resid_post"
+        fired = [["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_pre"]]
+        fired += [[]] * (world - 2) + [[last, "ln_final.hook_normalized", last, "ln_final.hook_normalized"]]
+        assert [r["fired"] for r in ranks] == fired  # the embedding once, block hooks once per micro-batch
+        names = ranks[0]["all_names"]
+        assert all(r["all_names"] == names for r in ranks)
+        assert sorted(n for r in ranks for n in r["local_names"]) == names  # each activation on one rank only
+        for rank, r in enumerate(ranks):
+            layers = {int(n.split(".")[1]) for n in r["local_names"] if n.startswith("blocks.")}
+            assert layers == set(r["layers"])
+
+
 @pytest.mark.parametrize("name", ["llama_gqa"])
 def test_three_ranks_match_one_process(world3, models, name):
     want = reference(models[name])
