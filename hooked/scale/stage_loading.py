@@ -302,13 +302,41 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     protected = frozenset(source.state[k].untyped_storage().data_ptr() for k in view.needed) if source.shared_with_user else frozenset()
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw["default_padding_side"])
+    model = build_stage_model(cls, cfg, tokenizer, stage, kw["default_padding_side"])
     expected = {k: v.shape for k, v in model.state_dict().items() if stage.owns_name(k)}
     check_converted_shapes(expected, state, tracked)
     _process_and_adopt(model, state, stage, device, kw, protected)
     model.stage, model.device, model.requested_keys = stage, device, view.requested
     model.fingerprint = checkpoint_fingerprint(source.state, source.hf_config)
     logger.info("rank %d: loaded blocks %s of %s (%d tensors read)", rank, list(stage.layers), model_name, len(view.requested))
+    return model
+
+
+def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
+    """The model built on `meta` (no memory, no initialisation), then this stage's parts rebuilt for real.
+
+    Only the owned blocks (and embedding / final norm / unembedding on the end stages) are
+    constructed on the CPU, so no rank ever allocates, let alone initialises, another
+    stage's weights (MoE experts are `nn.Linear`s, which initialise when built).
+    """
+    from components import Embed, PosEmbed, Unembed
+    from components.norms import make_norm
+    from components.post_norm_block import block_class
+    from hooked.weight_processing import final_norm_kind
+
+    with torch.device("meta"):
+        model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=padding_side)
+    for layer in stage.layers:
+        model.blocks[layer] = block_class(cfg)(cfg, layer)
+    if stage.is_first:
+        model.embed = Embed(cfg)
+        if hasattr(model, "pos_embed"):
+            model.pos_embed = PosEmbed(cfg)
+    if stage.is_last:
+        if hasattr(model, "ln_final"):
+            model.ln_final = make_norm(cfg, final_norm_kind(cfg))
+        model.unembed = Unembed(cfg)
+    model.setup()  # hook names of the rebuilt modules
     return model
 
 
