@@ -123,8 +123,8 @@ class _Traced(torch.Tensor):
 
 def _meta_of(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
     """An empty meta tensor with the shape and dtype of `state[key]`, without reading it."""
-    if hasattr(state, "meta_of"):
-        return state.meta_of(key)
+    if hasattr(state, "meta"):  # SafetensorsStateDict: from the header, nothing read
+        return state.meta(key)
     return state[key].to("meta")
 
 
