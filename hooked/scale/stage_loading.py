@@ -278,7 +278,7 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     from loading.checkpoints import resolve_checkpoint
     from loading.pretrained import build_config, hf_architecture, resolve_source
     from loading.registry import get_architecture
-    from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype
+    from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, to_dtype
 
     kw, device = _from_pretrained_arguments(kwargs), stage_device
     if kw["n_devices"] != 1 or kw["device"] is not None:
@@ -296,9 +296,11 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     )
     stage = make_stage(cfg.n_layers, world_size, rank)
     convert = get_architecture(arch_name).weights
-    view = StageStateView(source.state, needed_keys(convert, source.state, cfg, stage))
-    state, tracked = convert_checked(convert, view, cfg, lambda key: str(view.file_of(key)))
-    state = meta_except_owned(state, stage)
+    try:
+        view, state, tracked = _convert_stage(convert, source.state, cfg, stage, needed_keys(convert, source.state, cfg, stage))
+    except Exception as e:  # a converter that reads values of tensors it was given as meta: read them all
+        logger.warning("rank %d: converting with other stages' tensors on meta failed (%s); reading every tensor", rank, e)
+        view, state, tracked = _convert_stage(convert, source.state, cfg, stage, set(source.state))
     protected = frozenset(source.state[k].untyped_storage().data_ptr() for k in view.needed) if source.shared_with_user else frozenset()
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
@@ -310,6 +312,15 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     model.fingerprint = checkpoint_fingerprint(source.state, source.hf_config)
     logger.info("rank %d: loaded blocks %s of %s (%d tensors read)", rank, list(stage.layers), model_name, len(view.requested))
     return model
+
+
+def _convert_stage(convert, source_state, cfg, stage: Stage, needed: set[str]):
+    """`(view, converted state with only this stage's tensors real, tracked)`, reading only `needed`."""
+    from loading.validation import convert_checked
+
+    view = StageStateView(source_state, needed)
+    state, tracked = convert_checked(convert, view, cfg, lambda key: str(view.file_of(key)))
+    return view, meta_except_owned(state, stage), tracked
 
 
 def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
