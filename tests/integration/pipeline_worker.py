@@ -77,6 +77,10 @@ def checks(model) -> dict:
     return out
 
 
+def bf16_logits(model) -> torch.Tensor:
+    return model(prompt_tokens(model.cfg.d_vocab))
+
+
 def placement(model) -> dict:
     """Which hooks fired on this rank (per micro-batch) and which cached activations stay here."""
     n_layers, fired = model.cfg.n_layers, []
@@ -92,6 +96,7 @@ def scenario_parity(out_dir: Path, model_dirs: list[str], rank: int) -> None:
         model = HookedTransformer.from_pretrained(directory, pipeline=True, timeout_s=TIMEOUT_S)
         result = checks(model)
         result.update(placement(model))
+        result["logits_bf16"] = bf16_logits(HookedTransformer.from_pretrained(directory, pipeline=True, dtype=torch.bfloat16))
         result["requested_keys"] = list(model.requested_keys)
         result["layers"] = list(model.stage.layers)
         torch.save(result, out_dir / f"{Path(directory).name}_rank{rank}.pt")

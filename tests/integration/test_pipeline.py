@@ -109,15 +109,24 @@ def world3(models, tmp_path_factory) -> Path:
     return out
 
 
-def reference(directory: Path) -> dict:
+def _load(directory: Path, **kwargs):
     from hooked import HookedTransformer
 
+    return HookedTransformer.from_pretrained(str(directory), **kwargs)
+
+
+def _single_threaded(fn):
+    """`fn()` with one torch thread, as each rank runs (OMP_NUM_THREADS=1): the same reduction order."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each rank (OMP_NUM_THREADS=1): the same reduction order in every matmul
+    torch.set_num_threads(1)
     try:
-        return pipeline_worker.checks(HookedTransformer.from_pretrained(str(directory)))
+        return fn()
     finally:
         torch.set_num_threads(threads)
+
+
+def reference(directory: Path) -> dict:
+    return _single_threaded(lambda: pipeline_worker.checks(_load(directory)))
 
 
 def _compare(got: dict, want: dict, name: str, rank: int) -> None:
@@ -136,6 +145,11 @@ def test_two_ranks_match_one_process(world2, models, name):
         assert got["layers"] == [[0, 1], [2, 3]][rank]
         _compare(got, want, name, rank)
     assert not torch.equal(want["edited"], want["logits"]), "the editing hooks must change the logits"
+    want_bf16 = _single_threaded(lambda: pipeline_worker.bf16_logits(_load(models[name], dtype=torch.bfloat16)))
+    for rank in range(2):
+        got = torch.load(world2 / f"{name}_rank{rank}.pt", weights_only=False)["logits_bf16"]
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want_bf16, atol=0, rtol=0)  # the same bfloat16 ops, split over ranks
 
 
 def test_hooks_run_and_activations_stay_on_the_owning_rank(world2, world3):
