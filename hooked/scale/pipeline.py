@@ -40,8 +40,9 @@ from hooked.scale.collectives import (
     send_tensor,
 )
 from hooked.scale.pipeline_grad import RecvGradFromNext, SendGradBack
-from hooked.scale.stage_loading import Stage, load_stage
+from hooked.scale.stage_loading import Stage, load_stage, owner_of
 from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
+from hooked.validation import check_layer
 
 logger = logging.getLogger(__name__)
 
@@ -118,10 +119,12 @@ class PipelineTransformer(HookedTransformer):
         """As `HookedTransformer.forward`, pipelined; a collective: every rank must call it.
 
         `micro_batches` (default `self.micro_batches`) cuts the batch into that many slices;
-        with a KV cache the batch is not cut. Rank 0's input is used.
+        with a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
+        the stages after that layer stay idle and its owner broadcasts the residual.
         """
-        if start_at_layer is not None or stop_at_layer is not None or shortformer_pos_embed is not None:
-            raise InputError("a pipelined model runs whole forwards: start_at_layer/stop_at_layer are not supported")
+        if start_at_layer is not None or shortformer_pos_embed is not None:
+            raise InputError("a pipelined model starts from the input: start_at_layer is not supported")
+        stop = self._stop_layer(stop_at_layer)
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
         if logits_to_keep and return_type in ("loss", "both"):
@@ -131,14 +134,17 @@ class PipelineTransformer(HookedTransformer):
         residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
         slices = _micro_slices(residual_batch(state), n_micro)
-        track = torch.is_grad_enabled() and len(slices) == 1  # gradients cross ranks without micro-batching
+        track = torch.is_grad_enabled() and len(slices) == 1 and stop is None  # gradients cross ranks
+        end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
         error, result, stage_out = self._run_stages(
-            residual, state, slices, return_type, loss_per_token, logits_to_keep, track
+            residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, stop, end_rank
         )
         agree(error, "pipelined forward")
         self.forward_state = state
         if past_kv_cache is not None and not past_kv_cache.frozen:
             past_kv_cache.n_forwards += 1
+        if stop is not None:
+            return broadcast_tensor(result, end_rank, self.device)  # [batch, pos, d_model]
         result = self._share_result(result, return_type)
         if track and not self.stage.is_last and stage_out is not None and stage_out.requires_grad:
             if return_type == "both":
@@ -177,11 +183,27 @@ class PipelineTransformer(HookedTransformer):
             self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
         return residual, self.forward_state
 
-    def _run_stages(self, residual, state, slices, return_type, loss_per_token, logits_to_keep, track):
-        """This rank's part of every micro-batch; returns `(error or None, last stage's result, stage output)`.
+    def _stop_layer(self, stop_at_layer: int | None) -> int | None:
+        if stop_at_layer is None:
+            return None
+        check_layer(stop_at_layer, "stop_at_layer", -self.cfg.n_layers, self.cfg.n_layers)
+        return stop_at_layer + self.cfg.n_layers if stop_at_layer < 0 else stop_at_layer
 
-        With `track`, the received residual records a `SendGradBack` node (see pipeline_grad.py).
+    def _owner_of_residual(self, stop: int) -> int:
+        """The rank holding the residual that enters block `stop` (the embedding's rank for 0)."""
+        return 0 if stop == 0 else owner_of(f"blocks.{stop - 1}", self.stage.world_size, self.cfg.n_layers)
+
+    def _run_stages(self, residual, state, slices, head_args, track, stop, end_rank):
+        """This rank's part of every micro-batch; returns `(error or None, end stage's result, stage output)`.
+
+        The pipeline ends at `end_rank` (the last rank, or the owner of `stop`'s residual);
+        later ranks stay idle. With `track`, the received residual records a `SendGradBack`
+        node (see pipeline_grad.py).
         """
+        return_type, loss_per_token, logits_to_keep = head_args
+        if self.rank > end_rank:
+            return None, None, None
+        is_end = self.rank == end_rank
         error, upstream_failed, outs = None, False, []
         for sl in slices:
             x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
@@ -190,25 +212,31 @@ class PipelineTransformer(HookedTransformer):
                 x = SendGradBack.apply(x.requires_grad_(), self.rank - 1, self.device)
             if error is None and not upstream_failed:
                 try:
-                    x = self._run_blocks(x, _slice_state(state, sl))
-                    if self.stage.is_last and return_type is not None:
+                    x = self._run_blocks(x, _slice_state(state, sl), stop)
+                    if is_end and stop is not None:
+                        outs.append(x)
+                    elif is_end and return_type is not None:
                         outs.append(self._head(x, logits_to_keep))
                 except Exception as e:
                     error = e
-            if not self.stage.is_last:
+            if not is_end:
                 send_tensor(None if (error or upstream_failed) else x, self.rank + 1, self.device)
         self.forward_state = state
         result = None
-        if self.stage.is_last and error is None and not upstream_failed and return_type is not None:
+        if is_end and stop is not None and error is None and not upstream_failed:
+            result = torch.cat(outs)  # [batch, pos, d_model]
+        elif is_end and error is None and not upstream_failed and return_type is not None:
             try:
                 result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
             except Exception as e:
                 error = e
         return error, result, x
 
-    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState) -> torch.Tensor:
+    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, stop=None) -> torch.Tensor:
         self.forward_state = state
         for layer in self.stage.layers:
+            if stop is not None and layer >= stop:
+                break
             x = self.blocks[layer](x, state, None)  # [batch, pos, d_model]
         return x
 

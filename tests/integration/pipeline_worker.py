@@ -47,6 +47,9 @@ def checks(model) -> dict:
     out = {"logits": model(toks)}
     out["logits_micro"] = model(toks, micro_batches=2) if getattr(model, "is_pipeline", False) else out["logits"]
     out["loss"] = model(toks, return_type="loss")
+    out["stop0"], out["stop2"], out["stop_neg"] = (model(toks, stop_at_layer=s) for s in (0, 2, -1))
+    _, stopped = model.run_with_cache(toks, stop_at_layer=2)
+    out["stopped_cache"] = stopped["blocks.1.hook_resid_post"]
     out["edited"] = model.run_with_hooks(toks, fwd_hooks=edit_hooks(n_layers))
     with model.hooks(fwd_hooks=edit_hooks(n_layers)):
         out["edited_ctx"] = model(toks)
