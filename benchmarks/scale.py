@@ -152,7 +152,6 @@ def main() -> None:
     parser.add_argument("--pos", type=int, default=64)
     parser.add_argument("--micro", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--only", choices=["pipeline"], default=None, help="run only this part")
     a = parser.parse_args()
     bench_pipeline(a.layers, a.d_model, a.batch, a.pos, a.micro, a.repeats)
 

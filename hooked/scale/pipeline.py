@@ -19,7 +19,6 @@ Hooks run on the rank that owns their hook point (with micro-batching, once per 
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -40,7 +39,9 @@ from hooked.scale.collectives import (
     send_tensor,
 )
 from hooked.scale.pipeline_grad import RecvGradFromNext, SendGradBack
-from hooked.scale.stage_loading import Stage, load_stage, owner_of
+from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
+from hooked.scale.stage_loading import Stage, owner_of
+from hooked.scale.stage_model import load_stage
 from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 from hooked.validation import check_layer
 
@@ -295,7 +296,7 @@ class PipelineTransformer(HookedTransformer):
         Every rank must index the cache in the same order (SPMD), since reading an
         activation is a broadcast from its owner. Micro-batch slices are concatenated.
         """
-        parts = _SliceParts()
+        parts = SliceParts()
         _, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, parts, pos_slice)
         with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
             out = self(*model_args, **model_kwargs)
@@ -321,57 +322,6 @@ class PipelineTransformer(HookedTransformer):
                 error = e
         agree(error, "tokens_to_residual_directions")
         return broadcast_tensor(result, self.stage.world_size - 1, self.device)
-
-
-class DistributedCacheDict(Mapping):
-    """Cached activations spread over ranks; reading one is a broadcast from the rank that owns it.
-
-    Building it is a collective (all ranks exchange the names they hold). Fetched copies
-    are kept, so each activation crosses the network at most once.
-    """
-
-    def __init__(self, local: dict[str, torch.Tensor], model: PipelineTransformer):
-        self.local, self.device, self.rank = local, model.device, model.rank
-        names = [None] * model.stage.world_size
-        dist.all_gather_object(names, list(local))
-        self.owner: dict[str, int] = {}
-        for rank, held in enumerate(names):
-            for name in held:
-                self.owner.setdefault(name, rank)
-        self.fetched: dict[str, torch.Tensor] = {}
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        if name not in self.owner:
-            raise KeyError(name)
-        owner = self.owner[name]
-        if name not in self.fetched:  # the same on every rank: the first read of a name is the collective
-            local = self.local[name] if self.rank == owner else None
-            shared = broadcast_tensor(local, owner, self.device)
-            self.fetched[name] = local if self.rank == owner else shared
-        return self.fetched[name]
-
-    def __contains__(self, name) -> bool:
-        return name in self.owner
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.owner)
-
-    def __len__(self) -> int:
-        return len(self.owner)
-
-
-class _SliceParts(dict):
-    """A cache that keeps every value a hook stores under a name (one per micro-batch slice)."""
-
-    def __init__(self):
-        super().__init__()
-        self.parts: dict[str, list[torch.Tensor]] = {}
-
-    def __setitem__(self, name: str, value: torch.Tensor) -> None:
-        self.parts.setdefault(name, []).append(value)
-
-    def assemble(self) -> dict[str, torch.Tensor]:
-        return {k: v[0] if len(v) == 1 else torch.cat(v, dim=0) for k, v in self.parts.items()}
 
 
 def residual_batch(state: ForwardState) -> int:
