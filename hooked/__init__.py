@@ -15,10 +15,14 @@ from hooked.utils import get_act_name
 
 _LAZY = {
     "HookedTransformer": ("hooked.hooked_transformer", "HookedTransformer"),
+    "HookedEncoder": ("hooked.hooked_encoder", "HookedEncoder"),
+    "BertNextSentencePrediction": ("hooked.next_sentence_prediction", "BertNextSentencePrediction"),
     "ActivationCache": ("hooked.activation_cache", "ActivationCache"),
     "FactoredMatrix": ("hooked.factored_matrix", "FactoredMatrix"),
     "HookedTransformerKeyValueCache": ("hooked.past_key_value_caching", "HookedTransformerKeyValueCache"),
 }
+_LAZY["HookedEncoderDecoder"] = ("hooked.hooked_encoder_decoder", "HookedEncoderDecoder")  # T5
+_LAZY["HookedAudioEncoder"] = ("hooked.hooked_audio_encoder", "HookedAudioEncoder")  # HuBERT
 
 
 def __getattr__(name: str):
@@ -30,6 +34,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "ActivationCache",
+    "BertNextSentencePrediction",
+    "HookedEncoder",
     "FactoredMatrix",
     "HookNotEnabledError",
     "HookPoint",
@@ -41,3 +47,4 @@ __all__ = [
     "LensHandle",
     "get_act_name",
 ]
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]

@@ -12,7 +12,6 @@ difference of chosen tokens (`logit_attrs`, direct logit attribution).
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Literal
 
 import torch
@@ -20,7 +19,7 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 
 from components.norms import LayerNormPre
-from hooked.errors import MissingHooksError
+from hooked.errors import InputError, MissingHooksError
 from hooked.validation import check_layer
 from hooked.utils import Slice, SliceInput
 from hooked.weight_processing import POST_NORM_ARCHITECTURES
@@ -28,27 +27,20 @@ from hooked.weight_processing import POST_NORM_ARCHITECTURES
 logger = logging.getLogger(__name__)
 
 
-class PostNormDecompositionWarning(UserWarning):
-    """A per-head or per-neuron decomposition of a model whose sublayer outputs are normalized again."""
+def has_post_sublayer_norms(cfg) -> bool:
+    """Whether each sublayer's output is normalized again before the residual add (Gemma 2/3, OLMo-2/3)."""
+    return cfg.use_normalization_before_and_after or cfg.post_sublayer_norm or (
+        cfg.original_architecture in POST_NORM_ARCHITECTURES
+    )
 
 
-def warn_if_post_sublayer_norms(cfg, what: str) -> None:
-    """Warn that head/neuron results do not add up to `attn_out`/`mlp_out` behind a post-sublayer norm.
+def _through_norm_gain(writes: Float[torch.Tensor, "... d_model"], norm: nn.Module) -> torch.Tensor:
+    """What a norm does to its input after the division by its scale: centering (LayerNorm), then the gain."""
+    if isinstance(norm, LayerNormPre):
+        writes = writes - writes.mean(-1, keepdim=True)
+    gain = getattr(norm, "w", None)
+    return writes if gain is None else writes * gain.to(writes.dtype)
 
-    With `ln1_post`/`ln2_post` (Gemma 2/3) or OLMo-2/3 post-norms (`cfg.post_sublayer_norm`), a layer writes
-    `norm(sum of heads + b_O)` to the residual stream, not the sum itself: the norm
-    divides by a statistic of the whole sum (and multiplies by its gain), so no split
-    into per-head or per-neuron terms sums to what was written.
-    """
-    post_norms = cfg.post_sublayer_norm or cfg.original_architecture in POST_NORM_ARCHITECTURES
-    if cfg.use_normalization_before_and_after or post_norms:
-        warnings.warn(
-            f"{what}: this model normalizes each sublayer's output again before adding it to the residual stream "
-            "(post-sublayer norms), so per-head and per-neuron results are taken before that norm and do not sum "
-            "to hook_attn_out / hook_mlp_out. decompose_resid (whole sublayers) still sums exactly.",
-            PostNormDecompositionWarning,
-            stacklevel=3,
-        )
 
 Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
 Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_outs"] | None
@@ -104,6 +96,11 @@ class CacheAnalysisMixin:
         """The norm that reads the residual stream at `layer` (ln_final at n_layers) and its scale hook."""
         if layer == self.model.cfg.n_layers:
             return getattr(self.model, "ln_final", nn.Identity()), "ln_final.hook_scale"
+        if self.model.cfg.post_sublayer_norm:
+            raise InputError(
+                f"apply_ln at layer {layer}: this post-norm model (OLMo-2/3) has no norm reading the residual stream "
+                "inside its blocks (ln1/ln2 normalize the sublayer outputs); apply_ln works at the final layer only"
+            )
         which = "ln2" if mlp_input else "ln1"
         return getattr(self.model.blocks[layer], which), f"blocks.{layer}.{which}.hook_scale"
 
@@ -120,6 +117,53 @@ class CacheAnalysisMixin:
         if batch_slice is not None and self.has_batch_dim:
             scale = batch_slice.apply(scale, dim=0)
         return scale
+
+    def _post_norm(self, layer: int, sublayer: Literal["attn", "mlp"]) -> tuple[nn.Module, str] | None:
+        """The norm applied to `layer`'s attention (or MLP) output before the residual add, and its scale hook."""
+        cfg = self.model.cfg
+        if cfg.use_normalization_before_and_after:
+            name = "ln1_post" if sublayer == "attn" else "ln2_post"
+        elif cfg.post_sublayer_norm:
+            name = "ln1" if sublayer == "attn" else "ln2"  # OLMo-2/3: the only norms of a block
+        else:
+            return None
+        return getattr(self.model.blocks[layer], name), f"blocks.{layer}.{name}.hook_scale"
+
+    def _freeze_post_norm(
+        self,
+        writes: Float[torch.Tensor, "*batch_and_pos n d_model"],
+        layer: int,
+        sublayer: Literal["attn", "mlp"],
+        pos_slice: Slice,
+    ) -> Float[torch.Tensor, "*batch_and_pos n d_model"]:
+        """Each of `n` writes (heads, neurons) as its share of the post-sublayer norm's output.
+
+        The norm divides the sublayer's summed output by one cached scale per position and
+        multiplies by its gain; with the scale frozen that map is linear, so applying it to
+        each write separately gives terms that sum to `hook_attn_out` / `hook_mlp_out`.
+        """
+        frozen = self._post_norm_scale(layer, sublayer, pos_slice)
+        if frozen is None:
+            return writes
+        norm, scale = frozen
+        writes = writes / scale[..., None, :].to(writes.dtype)  # [*batch_and_pos, n, d_model]
+        return _through_norm_gain(writes, norm)
+
+    def _post_norm_scale(
+        self, layer: int, sublayer: Literal["attn", "mlp"], pos_slice: Slice
+    ) -> tuple[nn.Module, Float[torch.Tensor, "*batch_and_pos 1"]] | None:
+        """`layer`'s post-sublayer norm and its cached scale (None without post-sublayer norms)."""
+        post = self._post_norm(layer, sublayer)
+        if post is None:
+            return None
+        norm, key = post
+        self._require([key], f"per-{'head' if sublayer == 'attn' else 'neuron'} results behind post-sublayer norms")
+        if getattr(norm, "b", None) is not None and bool(norm.b.detach().ne(0).any()):
+            raise NotImplementedError(
+                f"{key.rsplit('.', 1)[0]} has a bias, which belongs to no single head or neuron: "
+                "pass freeze_post_norm=False for the raw pre-norm results"
+            )
+        return norm, pos_slice.apply(self.cache_dict[key], dim=-2)  # [*batch_and_pos, 1]
 
     # -- residual stream stacks ----------------------------------------------------------
     def accumulated_resid(
@@ -213,10 +257,10 @@ class CacheAnalysisMixin:
 
         A head's result is `z[..., h, :] @ W_O[h]` (without `b_O`), so a layer's
         `attn_out` is the sum of its heads' results plus `b_O`, except behind a
-        post-sublayer norm (Gemma 2/3 `ln1_post`), where `attn_out` is the norm of that
-        sum; a `PostNormDecompositionWarning` says so.
+        post-sublayer norm (Gemma 2/3 `ln1_post`, OLMo-2 `ln1`), where `attn_out` is the
+        norm of that sum. These are the forward pass's `hook_result` values (before that
+        norm); `stack_head_results` gives each head's share of `attn_out`.
         """
-        warn_if_post_sublayer_norms(self.model.cfg, "compute_head_results")
         missing = [l for l in range(self.model.cfg.n_layers) if f"blocks.{l}.attn.hook_result" not in self.cache_dict]
         if not missing:
             logger.warning("compute_head_results: head results are already cached")
@@ -234,15 +278,17 @@ class CacheAnalysisMixin:
         incl_remainder: bool = False,
         pos_slice: SliceInput = None,
         apply_ln: bool = False,
+        freeze_post_norm: bool = True,
     ) -> Stack | tuple[Stack, list[str]]:
-        """Every head's result in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
+        """Every head's write to the residual stream in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
 
         `incl_remainder` appends `remainder` = `resid_post[layer-1]` minus the heads, so
-        the stack sums to the residual stream. Behind post-sublayer norms (Gemma 2/3) the
-        heads' results are taken before `ln1_post` and are not their share of `attn_out`;
-        a `PostNormDecompositionWarning` says so.
+        the stack sums to the residual stream. Behind post-sublayer norms (Gemma 2/3
+        `ln1_post`, OLMo-2/3 `ln1`) each head's result is passed through that norm with its
+        scale frozen from the cache (`hook_scale`, as `apply_ln` freezes the final norm's)
+        and its gain applied, so a layer's heads sum to its `hook_attn_out`;
+        `freeze_post_norm=False` gives the raw results from before the norm instead.
         """
-        warn_if_post_sublayer_norms(self.model.cfg, "stack_head_results")
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_heads = self.model.cfg.n_heads
@@ -251,6 +297,8 @@ class CacheAnalysisMixin:
         labels = [f"L{l}H{h}" for l in range(layer) for h in range(n_heads)]
         if layer > 0:
             results = [pos_slice.apply(self["result", l], dim=-3) for l in range(layer)]  # [*bp, head, d_model]
+            if freeze_post_norm:
+                results = [self._freeze_post_norm(r, l, "attn", pos_slice) for l, r in enumerate(results)]
             stack = torch.cat(results, dim=-2).movedim(-2, 0)  # [layer * head, *bp, d_model]
         else:
             stack = torch.zeros(0, *pos_slice.apply(self._resid_like(), dim=-2).shape, device=self._resid_like().device)
@@ -276,20 +324,24 @@ class CacheAnalysisMixin:
         neuron_slice: SliceInput = None,
         pos_slice: SliceInput = None,
         project_output_onto: Projection = None,
+        freeze_post_norm: bool = True,
     ) -> Float[torch.Tensor, "*batch_and_pos neuron d_model"] | torch.Tensor:
         """Each neuron's write to the residual stream, `post[..., n] * W_out[n]`.
 
         With `project_output_onto` (`[d_model]` or `[d_model, k]`) the projection is
         applied to `W_out` first, so the `[..., neuron, d_model]` tensor is never built.
-        Behind a post-sublayer norm (Gemma 2/3 `ln2_post`) this is the write before that
-        norm, not a share of `mlp_out` (`PostNormDecompositionWarning`).
+        Behind a post-sublayer norm (Gemma 2/3 `ln2_post`, OLMo-2/3 `ln2`) the write goes
+        through that norm with its cached scale frozen and its gain applied, so the
+        neurons sum to `hook_mlp_out`; `freeze_post_norm=False` gives the write before it.
         """
-        warn_if_post_sublayer_norms(self.model.cfg, "get_neuron_results")
         neuron_slice, pos_slice = Slice.unwrap(neuron_slice), Slice.unwrap(pos_slice)
         self._check_dense_mlp()
         acts = pos_slice.apply(self["post", layer], dim=-2)  # [*bp, d_mlp]
         acts = neuron_slice.apply(acts, dim=-1)
         W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
+        if freeze_post_norm and self._post_norm(layer, "mlp") is not None:
+            writes = self._freeze_post_norm(acts[..., None] * W_out, layer, "mlp", pos_slice)  # [*bp, neuron, d_model]
+            return writes if project_output_onto is None else writes @ project_output_onto.to(writes.dtype)
         if project_output_onto is None:
             return acts[..., None] * W_out  # [*bp, neuron, d_model]
         projected = W_out @ project_output_onto.to(W_out.dtype)  # [neuron] or [neuron, k]
@@ -300,11 +352,18 @@ class CacheAnalysisMixin:
             raise NotImplementedError("Neuron results of mixture-of-experts MLPs: use expand_neurons=False")
 
     def _neuron_write(
-        self, layer: int, neuron_slice: Slice, project_2d: torch.Tensor | None, center: bool
+        self,
+        layer: int,
+        neuron_slice: Slice,
+        project_2d: torch.Tensor | None,
+        reader_norm: nn.Module | None,
+        post_norm: nn.Module | None = None,
     ) -> Float[torch.Tensor, "neuron out"]:
-        """Per-neuron output direction (centered if `center`, then projected when asked)."""
+        """Per-neuron output direction: through a post norm's gain, then centered if the reading norm centers."""
         W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
-        if center:
+        if post_norm is not None:
+            W_out = _through_norm_gain(W_out, post_norm)
+        if isinstance(reader_norm, LayerNormPre):
             W_out = W_out - W_out.mean(-1, keepdim=True)
         return W_out if project_2d is None else W_out @ project_2d.to(W_out.dtype)
 
@@ -318,16 +377,17 @@ class CacheAnalysisMixin:
         apply_ln: bool = False,
         project_output_onto: Projection = None,
         mlp_input: bool = False,
+        freeze_post_norm: bool = True,
     ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
-        """Every neuron's result in layers before `layer`, `L{l}N{n}`, stacked on axis 0.
+        """Every neuron's write to the residual stream in layers before `layer`, `L{l}N{n}`, stacked on axis 0.
 
         `incl_remainder` appends `remainder` (the residual stream read at `layer` minus the
         neurons). `project_output_onto` is contracted with `W_out` before the per-neuron
         expansion, also under `apply_ln` (normalizing by a cached scale is linear).
-        Behind post-sublayer norms (Gemma 2/3) the neurons' writes are taken before
-        `ln2_post` (`PostNormDecompositionWarning`); `remainder` still closes the sum.
+        Behind post-sublayer norms (Gemma 2/3 `ln2_post`, OLMo-2/3 `ln2`) each write goes
+        through that norm with its cached scale frozen and its gain applied, so a layer's
+        neurons sum to its `hook_mlp_out`; `freeze_post_norm=False` gives the raw writes.
         """
-        warn_if_post_sublayer_norms(self.model.cfg, "stack_neuron_results")
         layer = self._final_layer(layer)
         self._check_dense_mlp()
         pos_slice, neuron_slice = Slice.unwrap(pos_slice), Slice.unwrap(neuron_slice)
@@ -339,14 +399,17 @@ class CacheAnalysisMixin:
         labels = [f"L{l}N{n}" for l in range(layer) for n in neurons]
         norm, _ = self._reader_norm(layer, mlp_input)
         ln_folded = apply_ln and not isinstance(norm, nn.Identity)
-        center = ln_folded and isinstance(norm, LayerNormPre)
         scale = self._cached_scale(layer, mlp_input, pos_slice) if ln_folded else None
         per_layer = []
         for l in range(layer):
             acts = neuron_slice.apply(pos_slice.apply(self["post", l], dim=-2), dim=-1)  # [*bp, neuron]
             if scale is not None:
                 acts = acts / scale
-            per_layer.append(acts[..., None] * self._neuron_write(l, neuron_slice, project_2d, center))
+            frozen = self._post_norm_scale(l, "mlp", pos_slice) if freeze_post_norm else None
+            if frozen is not None:
+                acts = acts / frozen[1].to(acts.dtype)
+            post_norm = None if frozen is None else frozen[0]
+            per_layer.append(acts[..., None] * self._neuron_write(l, neuron_slice, project_2d, norm if ln_folded else None, post_norm))
         out_dim = self.model.cfg.d_model if project_2d is None else project_2d.shape[-1]
         if per_layer:
             stack = torch.cat(per_layer, dim=-2).movedim(-2, 0)  # [layer * neuron, *bp, out]
@@ -379,7 +442,8 @@ class CacheAnalysisMixin:
         """Rescale each component the way the norm reading the stream at `layer` scales their sum.
 
         A norm divides the whole residual stream by one scale, so each component's share of
-        the norm's output is `(component - mean) / cached_scale` (no mean for RMSNorm). The
+        the norm's output is `(component - mean) / cached_scale` (no mean for RMSNorm): the
+        norm's `hook_normalized`, before any gain (which `fold_ln` moves into the next weights). The
         reader is `ln1` of `layer` (`ln2` with `mlp_input`), or `ln_final` for None/-1/n_layers.
         `recompute_ln` at the final layer instead applies `ln_final` to each component alone
         (the logit lens). Models without norms get the stack back unchanged.
@@ -409,8 +473,10 @@ class CacheAnalysisMixin:
         """Direct logit attribution: each component's contribution to a token's logit (difference).
 
         The stack is scaled by the final norm's cached scale and dotted with
-        `W_U[:, tokens]` (minus `W_U[:, incorrect_tokens]`). Summed over a full
-        decomposition this is the logit (difference) without `b_U`.
+        `W_U[:, tokens]` (minus `W_U[:, incorrect_tokens]`), times the final norm's gain
+        where it was not folded into `W_U` (unprocessed and post-norm models; TransformerLens
+        leaves it out). Summed over a full decomposition this is the logit (difference)
+        without `b_U` (and without an unfolded final LayerNorm's bias).
         """
         directions = self._token_directions(tokens)
         if incorrect_tokens is not None:
@@ -421,6 +487,9 @@ class CacheAnalysisMixin:
                     f"and {tuple(wrong.shape[:-1])}"
                 )
             directions = directions - wrong
+        gain = getattr(getattr(self.model, "ln_final", None), "w", None)
+        if gain is not None:
+            directions = directions * gain.to(directions.dtype)  # [..., d_model]
         scaled = self.apply_ln_to_stack(
             residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
         )
@@ -451,6 +520,17 @@ class CacheAnalysisMixin:
         logits = torch.stack([self.model.unembed(norm(c)) for c in stack], dim=0)  # [component, *bp, d_vocab_out]
         return (logits, labels) if return_labels else logits
 
+    def _check_no_bias_behind_post_norms(self, layers: int) -> None:
+        """A bias behind a post-sublayer norm is scaled per position: no `[d_model]` bias term describes it."""
+        for l in range(layers):
+            block = self.model.blocks[l]
+            biases = [block.attn.b_O] + ([] if self.model.cfg.attn_only else [getattr(block.mlp, "b_out", None)])
+            if any(b is not None and bool(b.detach().ne(0).any()) for b in biases):
+                raise NotImplementedError(
+                    f"layer {l} adds output biases before its post-sublayer norm, so they scale with each position; "
+                    "use decompose_resid (whole sublayers) or freeze_post_norm=False"
+                )
+
     # -- everything at once --------------------------------------------------------------
     def get_full_resid_decomposition(
         self,
@@ -461,16 +541,20 @@ class CacheAnalysisMixin:
         pos_slice: SliceInput = None,
         return_labels: bool = False,
         project_output_onto: Projection = None,
+        freeze_post_norm: bool = True,
     ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """The residual stream entering `layer` as heads, neurons (or MLP layers), embeddings and biases.
 
         Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), `embed`, `pos_embed`,
-        `bias`. Without post-sublayer norms the components sum to the residual stream;
-        with them (Gemma 2/3, OLMo-2) they do not, and a `PostNormDecompositionWarning`
-        says so: use `decompose_resid` for an exact per-sublayer split there.
+        `bias`. The components sum to the residual stream, also behind post-sublayer norms
+        (Gemma 2/3, OLMo-2/3): there each head and neuron goes through its sublayer's norm
+        with the cached scale frozen (see `stack_head_results`); `freeze_post_norm=False`
+        gives the raw pre-norm writes, which do not sum to it.
         `project_output_onto` is applied per component (before neuron expansion).
         """
         layer = self._final_layer(layer)
+        if freeze_post_norm and has_post_sublayer_norms(self.model.cfg):
+            self._check_no_bias_behind_post_norms(layer + int(mlp_input))
         pos_slice = Slice.unwrap(pos_slice)
         self._require(self._embed_keys(), "get_full_resid_decomposition")
         proj = project_output_onto
@@ -482,13 +566,15 @@ class CacheAnalysisMixin:
                 stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
             return stack if project_2d is None else stack @ project_2d.to(stack.dtype)
 
-        heads, labels = self.stack_head_results(layer + int(mlp_input), pos_slice=pos_slice, return_labels=True)
+        heads, labels = self.stack_head_results(
+            layer + int(mlp_input), pos_slice=pos_slice, return_labels=True, freeze_post_norm=freeze_post_norm
+        )
         parts = [finish(heads)]
         if not self.model.cfg.attn_only and layer > 0:
             if expand_neurons:
                 neurons, neuron_labels = self.stack_neuron_results(
                     layer, pos_slice=pos_slice, return_labels=True, apply_ln=apply_ln,
-                    project_output_onto=project_2d, mlp_input=mlp_input,
+                    project_output_onto=project_2d, mlp_input=mlp_input, freeze_post_norm=freeze_post_norm,
                 )  # fmt: skip
                 parts.append(neurons)
             else:

@@ -1,4 +1,5 @@
-"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--debug]`.
+"""Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--html PATH] [--debug]`, and
+`hooked harvest --model M --corpus PATH --hooks NAMES --out DIR --context-length N ...` (hooked/harvest/cli.py).
 
 Errors (a missing or corrupt checkpoint, a prompt longer than the context, ...) are
 printed as one line, `hooked: error: <Type>: <message>`, with exit status 1; `--debug`
@@ -21,11 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--device", default=None)
+    p.add_argument("--html", default=None, metavar="PATH", help="also write interactive views of the prompt to PATH")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+    _add_harvest(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return _inspect(args)
+        return _harvest(args) if args.command == "harvest" else _inspect(args)
     except KeyboardInterrupt:
         sys.stderr.write("hooked: interrupted\n")
         return 130
@@ -46,7 +49,24 @@ def _inspect(args) -> int:
         raise InputError(f"--top-k must be >= 1, got {args.top_k}")
     model = HookedTransformer.from_pretrained(args.model, device=args.device)
     sys.stdout.write(format_report(inspect_prompt(model, args.prompt, args.top_k)) + "\n")
+    if args.html:
+        from hooked.viz.report import prompt_views
+
+        path = prompt_views(model, args.prompt).save(args.html)
+        sys.stdout.write(f"\nInteractive views written to {path}\n")
     return 0
+
+
+def _add_harvest(sub) -> None:
+    from hooked.harvest.cli import add_parser
+
+    add_parser(sub)
+
+
+def _harvest(args) -> int:
+    from hooked.harvest.cli import run
+
+    return run(args)
 
 
 if __name__ == "__main__":

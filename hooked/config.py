@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from hooked.errors import ConfigError  # noqa: F401  (re-exported: `from hooked.config import ConfigError`)
+from hooked.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
 
 ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
-POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi")
+POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 
 
 @dataclass
@@ -104,6 +106,10 @@ class HookedTransformerConfig:
     tie_word_embeddings: bool = False
     trust_remote_code: bool = False
     load_in_4bit: bool = False
+    # T5 (HookedEncoderDecoder): the relative position bias table and the decoder's first token
+    relative_attention_num_buckets: int | None = None
+    relative_attention_max_distance: int | None = None
+    decoder_start_token_id: int | None = None
     n_params: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -221,10 +227,7 @@ class HookedTransformerConfig:
             }
         elif factor not in (None, 1.0) and d.get("rotary_scaling") is None:
             d["rotary_scaling"] = {"rope_type": "linear", "factor": factor}
-        known = {f.name for f in dataclasses.fields(cls) if f.init}
-        unknown = set(d) - known
-        if unknown:
-            raise ConfigError(f"Unknown HookedTransformerConfig fields: {sorted(unknown)}")
+        check_config_fields(d)
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,3 +237,37 @@ class HookedTransformerConfig:
         d = self.to_dict()
         d.update(changes)
         return HookedTransformerConfig.from_dict(d)
+
+
+def _field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(HookedTransformerConfig) if f.init]
+
+
+def check_config_fields(kwargs: dict[str, Any]) -> None:
+    """Raise `ConfigError` naming each unknown field and its closest real one (`normalisation_type`...)."""
+    known = _field_names()
+    unknown = [k for k in kwargs if k not in known]
+    if not unknown:
+        return
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise UnknownConfigFieldError(
+        f"Unknown HookedTransformerConfig field(s): {', '.join(hints)}. "
+        "HookedTransformerConfig's dataclass fields list the valid names."
+    )
+
+
+def _init_with_field_check(init):
+    """Wrap the dataclass `__init__` so a misspelt keyword names its close match instead of a bare TypeError."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        check_config_fields(kwargs)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+HookedTransformerConfig.__init__ = _init_with_field_check(HookedTransformerConfig.__init__)

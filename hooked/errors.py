@@ -69,6 +69,10 @@ class ConfigError(HookedError, ValueError, AssertionError):
     """A `HookedTransformerConfig` whose fields contradict each other."""
 
 
+class UnknownConfigFieldError(ConfigError, TypeError):
+    """A `HookedTransformerConfig` keyword that is no field (a `TypeError`, as the plain dataclass raised)."""
+
+
 class HookShapeError(HookedError, ValueError):
     """A hook returned a tensor whose shape differs from the activation it replaces."""
 
@@ -82,6 +86,10 @@ class MissingHooksError(HookedError, KeyError):
 
     def __str__(self) -> str:  # KeyError would show the message in quotes
         return str(self.args[0]) if self.args else ""
+
+
+class GenerationHookError(HookedError, RuntimeError):
+    """A hook failed at a decode step of `generate` (where activations cover only the new position)."""
 
 
 class ConcurrentUseError(HookedError, RuntimeError):

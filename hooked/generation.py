@@ -25,6 +25,7 @@ that samples a stop token keeps running, with its later tokens forced to the pad
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from components.rotary import longrope_switches
 from hooked.activation_cache import ActivationCache
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache
 from hooked.sampling import (token_counts, apply_repetition_penalty, apply_freq_penalty, top_k_filter, top_p_filter, sample_next_token, _check_sampling)  # noqa: F401  (re-exported)
-from hooked.errors import AttentionMaskError, InputError
+from hooked.errors import AttentionMaskError, GenerationHookError, InputError
 from hooked.utils import USE_DEFAULT_VALUE, AtSteps
 from hooked.validation import (
     check_generate_args,
@@ -302,6 +303,27 @@ def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progre
     return next_tokens
 
 
+@contextlib.contextmanager
+def _name_decode_hook_errors(step: int, one_position: bool):
+    """Turn a hook's shape or index error at a decode step into one naming the hook, the step and the fix.
+
+    With the KV cache a decode step feeds only the new token, so a hook that indexes fixed
+    prompt positions (`resid[:, 1:4] += v`) works at the prefill and fails at step 1.
+    """
+    try:
+        yield
+    except (RuntimeError, IndexError) as e:
+        hook_point = getattr(e, "hook_point_name", None)
+        if step == 0 or not one_position or hook_point is None:
+            raise
+        raise GenerationHookError(
+            f"Hook {e.hook_fn_name!r} on {hook_point!r} failed at generation step {step}: decode steps feed only "
+            f"the newest token, so activations there are [batch, 1, ...] ({type(e).__name__}: {e}). To edit the "
+            "prompt only, wrap the hook: hooked.utils.at_steps(hook, 0); to edit every step, index positions "
+            "from the end (act[:, -1]) or use model.forward_state.positions."
+        ) from e
+
+
 def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
     """Yield each step's `[batch]` tokens; return the final `_Progress`.
 
@@ -324,7 +346,7 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
     try:
         with model.hooks(hooks):
             for step in range(opts.max_new_tokens):
-                with torch.inference_mode():
+                with torch.inference_mode(), _name_decode_hook_errors(step, kv_cache is not None):
                     logits = _forward_step(model, progress, step, kv_cache)
                     next_tokens = _next_tokens(logits, progress, opts)
                     if hasattr(model, "agree_on_tokens"):  # a pipeline: the last stage's choice, on every rank

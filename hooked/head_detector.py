@@ -96,7 +96,7 @@ def _layer_to_heads(heads, n_layers: int, n_heads: int) -> dict[int, list[int]]:
 
 def detect_head(
     model,
-    seq: str | list[str],
+    seq: str | list[str] | Int[torch.Tensor, "pos"] | Int[torch.Tensor, "batch pos"],
     detection_pattern: Float[torch.Tensor, "pos pos"] | HeadName,
     heads: list[tuple[int, int]] | dict[int, list[int]] | None = None,
     cache=None,
@@ -107,20 +107,27 @@ def detect_head(
 ) -> Float[torch.Tensor, "n_layers n_heads"]:
     """Score each head's attention on `seq` against a detection pattern; `[n_layers, n_heads]`.
 
-    Heads not in `heads` score -1. A list of prompts averages their scores (then `cache`
-    must be None). `mul` scores the fraction of attention that falls on the pattern;
-    `abs` is one minus the mean absolute difference times the sequence length.
+    `seq` is a prompt, a list of prompts, or token ids (`[pos]`, or `[batch, pos]` with one
+    prompt per row, e.g. repeated random tokens, which need not decode to text that
+    re-encodes to the same tokens). Heads not in `heads` score -1. Several prompts average
+    their scores (then `cache` must be None). A given `cache` must come from this one
+    prompt. `mul` scores the fraction of attention that falls on the pattern; `abs` is
+    one minus the mean absolute difference times the sequence length.
     """
     cfg = model.cfg
     if error_measure not in ("abs", "mul"):
         raise InputError(f"error_measure must be 'abs' or 'mul', got {error_measure!r}")
     options = dict(exclude_bos=exclude_bos, exclude_current_token=exclude_current_token, error_measure=error_measure)
+    if isinstance(seq, torch.Tensor):
+        seq = _token_rows(seq, cfg.d_vocab)
+        if len(seq) == 1:
+            seq = seq[0]
     if isinstance(seq, list):
         if cache is not None:
             raise InputError("detect_head takes a cache only for a single prompt")
         scores = [detect_head(model, s, detection_pattern, heads, **options) for s in seq]
         return torch.stack(scores).mean(0)
-    tokens = model.to_tokens(seq)  # [1, pos]
+    tokens = seq[None] if isinstance(seq, torch.Tensor) else model.to_tokens(seq)  # [1, pos]
     seq_len = tokens.shape[-1]
     if isinstance(detection_pattern, str):
         if detection_pattern not in HEAD_NAMES:
@@ -136,6 +143,8 @@ def detect_head(
         raise InputError("The detection pattern must be lower triangular")
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
+    else:
+        _check_cache_matches(cache, tokens)
     scores = -torch.ones(cfg.n_layers, cfg.n_heads)
     for layer, layer_heads in _layer_to_heads(heads, cfg.n_layers, cfg.n_heads).items():
         pattern = cache["pattern", layer]
@@ -143,3 +152,33 @@ def detect_head(
         for head in layer_heads:
             scores[layer, head] = compute_head_attention_similarity_score(pattern[head], detection_pattern, **options)
     return scores
+
+
+def _token_rows(tokens: Int[torch.Tensor, "..."], d_vocab: int) -> list[Int[torch.Tensor, "pos"]]:
+    """Token ids as a list of `[pos]` rows (one prompt each), checked to be integer ids of this model."""
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.ndim not in (1, 2):
+        raise InputError(
+            f"detect_head takes token ids as an integer tensor of shape [pos] or [batch, pos], got dtype "
+            f"{tokens.dtype} and shape {tuple(tokens.shape)}"
+        )
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= d_vocab):
+        raise InputError(f"token ids must lie in [0, {d_vocab}), got values from {int(tokens.min())} to {int(tokens.max())}")
+    return list(tokens.reshape(-1, tokens.shape[-1]))  # [batch, pos] -> batch rows of [pos]
+
+
+def _check_cache_matches(cache, tokens: Int[torch.Tensor, "1 pos"]) -> None:
+    """A cache from another input would score the wrong attention: compare its tokens (or its length)."""
+    cached = getattr(cache, "tokens", None)
+    if cached is not None:
+        if cached.shape[-1] != tokens.shape[-1] or not torch.equal(cached.reshape(-1, cached.shape[-1])[0].cpu(), tokens[0].cpu()):
+            raise InputError(
+                f"detect_head: the cache was made from other tokens ({tuple(cached.shape)}) than the input "
+                f"({tuple(tokens.shape)}): pass the same prompt or token tensor that was run, or no cache"
+            )
+        return
+    n_keys = cache["pattern", 0].shape[-1]
+    if n_keys != tokens.shape[-1]:
+        raise InputError(
+            f"detect_head: the cache's attention patterns cover {n_keys} positions but the input has "
+            f"{tokens.shape[-1]} tokens: pass the input the cache was made from, or no cache"
+        )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
+import re
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.utils.hooks import RemovableHandle
 
-from hooked.errors import HookNotEnabledError, HookShapeError  # noqa: F401  (re-exported)
+from hooked.errors import HookNotEnabledError, HookShapeError, InputError  # noqa: F401  (re-exported)
 from hooked.fast_attributes import install_fast_attributes
 from hooked.thread_guard import exclusive
 from hooked.validation import check_hook_fn, check_hook_pairs, check_names_filter, check_pos_slice
@@ -39,6 +40,15 @@ class LensHandle:
     hook: RemovableHandle
     is_permanent: bool = False
     context_level: int | None = None
+
+
+def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> None:
+    """Record on an exception the innermost hook it came from (`hook_fn_name`, `hook_point_name`)."""
+    if getattr(error, "hook_point_name", None) is not None:
+        return
+    fn_name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None) or repr(fn)
+    with contextlib.suppress(AttributeError):  # an exception class with __slots__ keeps no attributes
+        error.hook_point_name, error.hook_fn_name = name, fn_name
 
 
 class HookPoint(nn.Module):
@@ -142,7 +152,11 @@ class HookPoint(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._fwd_fns:
             for fn in list(self._fwd_fns.values()):
-                out = fn(x, hook=self)
+                try:
+                    out = fn(x, hook=self)
+                except Exception as e:
+                    _mark_hook_error(e, fn, self.name)
+                    raise
                 if out is not None:
                     x = self._check_replacement(out, x, fn)
         if self._bwd_fns and x.requires_grad:
@@ -181,6 +195,26 @@ class HookPoint(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
+
+
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def close_hook_names(name: str, names: Sequence[str], n: int = 4) -> list[str]:
+    """Up to `n` hook names like `name`, those of `name`'s own layer first (then by similarity).
+
+    Without the layer rule, `blocks.0.attn.hook_patern` would list `blocks.20.attn.hook_pattern`
+    next to `blocks.0.attn.hook_pattern`: difflib scores them almost alike.
+    """
+    layer = _LAYER.match(name)
+    close = difflib.get_close_matches(name, names, n=3 * n, cutoff=0.5)
+    if layer is not None:
+        own_prefix = layer.group(0)
+        suffix = name[len(own_prefix):]
+        own = [c[len(own_prefix):] for c in names if c.startswith(own_prefix)]
+        own_close = [own_prefix + c for c in difflib.get_close_matches(suffix, own, n=n, cutoff=0.5)]
+        close = own_close + [c for c in close if c not in own_close]
+    return close[:n]
 
 
 class HookedRootModule(nn.Module):
@@ -224,15 +258,19 @@ class HookedRootModule(nn.Module):
     def _lookup(self, name: str) -> HookPoint:
         hp = self.hook_dict.get(name)
         if hp is None:
-            close = difflib.get_close_matches(name, list(self.hook_dict), n=5, cutoff=0.5)
+            close = close_hook_names(name, list(self.hook_dict))
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise KeyError(f"No hook point named {name!r}.{hint} (model.hook_dict lists all names.)")
         if not self.is_active(hp):
-            raise HookNotEnabledError(
-                f"Hook point {name!r} is disabled: set cfg.{hp.requires}=True "
-                f"(e.g. model.set_{hp.requires}(True)) to enable it."
-            )
+            raise HookNotEnabledError(self.hook_enable_hint(hp))
         return hp
+
+    def hook_enable_hint(self, hp: HookPoint) -> str:
+        """The message for a disabled optional hook point: which flag turns it on (models may refine it)."""
+        return (
+            f"Hook point {hp.name!r} is disabled: set cfg.{hp.requires}=True "
+            f"(e.g. model.set_{hp.requires}(True)) to enable it."
+        )
 
     def _resolve(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
         if isinstance(name, str):
@@ -414,12 +452,23 @@ class HookedRootModule(nn.Module):
         post-intervention values. With `incl_bwd`, the output must be a scalar and
         gradients are stored under `name + "_grad"`.
         """
+        if incl_bwd and not torch.is_grad_enabled():
+            raise InputError(
+                "run_with_cache(incl_bwd=True) caches gradients, but autograd is off here (torch.set_grad_enabled(False), "
+                "torch.no_grad() or torch.inference_mode() is active). Run it inside `with torch.enable_grad():` "
+                "or call torch.set_grad_enabled(True) first."
+            )
         cache, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, None, pos_slice)
         with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
             out = self(*model_args, **model_kwargs)
             if incl_bwd:
                 if not isinstance(out, torch.Tensor) or out.numel() != 1:
                     raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
+                if not out.requires_grad:
+                    raise InputError(
+                        "run_with_cache(incl_bwd=True): the output does not depend on anything that requires grad "
+                        "(every parameter has requires_grad=False?). Call model.requires_grad_(True) first."
+                    )
                 out.backward()
         return out, cache
 

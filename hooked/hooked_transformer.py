@@ -21,7 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
-from hooked.errors import AttentionMaskError, InputError, TokenError
+from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
 from hooked.token_index_mixin import TokenIndexMixin
@@ -64,6 +64,13 @@ class Output(NamedTuple):
     loss: torch.Tensor
 
 
+_GQA_ATTN_IN = (
+    "hook_attn_in (one input copy per query head) is not supported with grouped-query attention. "
+    "Call model.set_use_split_qkv_input(True) and hook blocks.{layer}.hook_q_input [batch, pos, head, d_model] "
+    "and hook_k_input / hook_v_input [batch, pos, kv_head, d_model] instead."
+)
+
+
 class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, WeightProcessingMixin, HookedRootModule):
     """A transformer language model with a hook on every activation (TransformerLens API).
 
@@ -76,6 +83,8 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
     def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):
         super().__init__()
         self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
+        if cfg.positional_embedding_type == "relative_positional_bias":  # T5's: only the encoder-decoder has it
+            raise ConfigError("relative_positional_bias is T5's position scheme: build a HookedEncoderDecoder")
         self.tokenizer = None
         self.default_padding_side = default_padding_side
         if tokenizer is None and cfg.tokenizer_name is not None:
@@ -267,9 +276,14 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         self.cfg.use_hook_mlp_in = use
 
     def set_use_attn_in(self, use: bool) -> None:
-        if self.cfg.n_key_value_heads is not None:
-            raise InputError("use_attn_in is not supported with grouped-query attention")
+        if self.cfg.n_key_value_heads is not None and use:
+            raise InputError(_GQA_ATTN_IN)
         self.cfg.use_attn_in = use
+
+    def hook_enable_hint(self, hp) -> str:
+        if hp.requires == "use_attn_in" and self.cfg.n_key_value_heads is not None:
+            return f"Hook point {hp.name!r} is disabled, and cannot be enabled here: {_GQA_ATTN_IN}"
+        return super().hook_enable_hint(hp)
 
     def set_ungroup_grouped_query_attention(self, ungroup: bool) -> None:
         self.cfg.ungroup_grouped_query_attention = ungroup

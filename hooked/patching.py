@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 from jaxtyping import Float, Int
+from tqdm.auto import tqdm
 
 from hooked.errors import PatchingError
 from hooked.utils import get_act_name
@@ -150,13 +151,14 @@ def generic_activation_patch(
     return_index_df: bool = False,
     *,
     batch_size: int | None = 1,
+    verbose: bool = True,
 ):
     """Patch clean activations into the corrupted run at every index and record the metric.
 
     Index tuples are every combination over `index_axis_names` (output shaped by the
     axis lengths) or the rows of `index_df` (flat output); the first entry is the layer.
     `batch_size` patches run per forward (None: `auto_batch_size`), with the same results
-    as one forward each.
+    as one forward each. A tqdm bar counts the patches (`verbose=False` hides it).
     """
     _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name)
     if index_df is None:
@@ -174,13 +176,15 @@ def generic_activation_patch(
     order = sorted(range(len(rows)), key=lambda i: rows[i][0])  # stable: group patches by layer
     prefix = _CorruptedPrefix(model, tokens, activation_name, [rows[i] for i in order[::batch_size]])
     values = [0.0] * len(rows)
-    for start in range(0, len(rows), batch_size):
-        chunk = order[start : start + batch_size]
-        metrics = _patched_metrics(
-            model, tokens, clean_cache, patching_metric, patch_setter, activation_name, [rows[i] for i in chunk], prefix
-        )
-        for i, value in zip(chunk, metrics):
-            values[i] = value
+    with tqdm(total=len(rows), desc=f"patching {activation_name}", unit="patch", disable=not verbose) as bar:
+        for start in range(0, len(rows), batch_size):
+            chunk = order[start : start + batch_size]
+            metrics = _patched_metrics(
+                model, tokens, clean_cache, patching_metric, patch_setter, activation_name, [rows[i] for i in chunk], prefix
+            )
+            for i, value in zip(chunk, metrics):
+                values[i] = value
+            bar.update(len(chunk))
     out = torch.tensor(values, device=model.cfg.device)
     out = out.reshape(shape) if shape is not None else out  # [*axis lengths] or [n_rows]
     return (out, index_df) if return_index_df else out

@@ -89,6 +89,10 @@ class TokenizerMixin:
         tok = self._need_tokenizer()
         if isinstance(tokens, (list, np.ndarray)):
             tokens = torch.as_tensor(tokens)
+        if isinstance(tokens, int):
+            tokens = torch.tensor([tokens])
+        if tokens.numel():
+            check_token_range(tokens, self._vocab_size(), "to_string's tokens")
         if tokens.ndim == 2:
             return [tok.decode(t, clean_up_tokenization_spaces=False) for t in tokens]
         if tokens.ndim <= 1:
@@ -108,7 +112,13 @@ class TokenizerMixin:
                     raise InputError(f"to_str_tokens takes one sequence, got shape {tuple(ids.shape)}")
                 ids = ids[0]
         tok = self._need_tokenizer()
+        if ids.numel():
+            check_token_range(ids, self._vocab_size(), "to_str_tokens's input")
         return [tok.decode([int(t)], clean_up_tokenization_spaces=False) for t in ids.reshape(-1)]
+
+    def _vocab_size(self) -> int:
+        """Ids the tokenizer or the embedding knows: `[0, max(d_vocab, len(tokenizer)))`."""
+        return max(self.cfg.d_vocab, len(self._need_tokenizer()))
 
     def to_single_token(self, string: str) -> int:
         tokens = self.to_tokens(string, prepend_bos=False, move_to_device=False)[0]
@@ -117,7 +127,7 @@ class TokenizerMixin:
         return int(tokens[0])
 
     def to_single_str_token(self, int_token: int) -> str:
-        check_token_range(torch.tensor([int_token]), max(self.cfg.d_vocab, len(self._need_tokenizer())), "int_token")
+        check_token_range(torch.tensor([int_token]), self._vocab_size(), "int_token")
         return self.to_str_tokens(torch.tensor([int_token]))[0]
 
     def get_token_position(

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from hooked.errors import InputError
+
 logger = logging.getLogger(__name__)
 
 
@@ -67,6 +69,11 @@ def lm_cross_entropy_loss(
     A pair is kept iff both tokens are real (`mask[t] & mask[t+1]`). Per-token loss is
     0 at dropped positions.
     """
+    if tokens.shape[-1] < 2:
+        raise InputError(
+            f"a next-token loss needs at least 2 tokens per sequence, got tokens of shape {tuple(tokens.shape)} "
+            f"({tokens.shape[-1]} token): pass a longer input"
+        )
     log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)
     nll = -log_probs.gather(-1, tokens[:, 1:, None]).squeeze(-1)  # [batch, pos-1]
     if attention_mask is None:
@@ -397,3 +404,25 @@ def is_square(x: torch.Tensor) -> bool:
 def is_lower_triangular(x: torch.Tensor) -> bool:
     """True for a square matrix with nothing above the diagonal."""
     return is_square(x) and bool(x.equal(x.tril()))
+
+
+def __getattr__(name: str) -> Any:
+    """TransformerLens's other `utils` helpers (`get_device`, `gelu_new`, `tokenize_and_concatenate`, ...).
+
+    They live in `hooked.compat.utils` (loaded on first use) so that code ported from
+    `transformer_lens.utils` by renaming the package finds them here too.
+    """
+    if name.startswith("_"):
+        raise AttributeError(f"module 'hooked.utils' has no attribute {name!r}")
+    import hooked.compat.utils as tl_utils
+
+    try:
+        return tl_utils.__dict__[name] if name in tl_utils.__dict__ else getattr(tl_utils, name)
+    except AttributeError:
+        raise AttributeError(f"module 'hooked.utils' has no attribute {name!r}") from None
+
+
+def __dir__() -> list[str]:
+    import hooked.compat.utils as tl_utils
+
+    return sorted(set(globals()) | {n for n in vars(tl_utils) if not n.startswith("_")})

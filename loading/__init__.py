@@ -6,6 +6,7 @@ One module per architecture family registers a pure converter by HF class name;
 
 from loading import apertus, cohere, falcon, gemma, gpt2, gpt_oss, granite, llama, moe, olmo, phi3, smollm3  # noqa: F401  (registers converters)
 from loading import bloom, gpt_bigcode, gpt_neo, gpt_neox, gptj, opt, phi, stablelm, starcoder2  # noqa: F401
+from loading import bert, distilbert, hubert, t5  # noqa: F401  (HookedEncoder / HookedAudioEncoder / HookedEncoderDecoder)
 from loading.checkpoint import load_tokenizer
 from loading.model_names import MODEL_ALIASES, OFFICIAL_MODEL_NAMES, get_official_model_name, hub_checkpoint_dir
 from loading.pretrained import load_pretrained

@@ -34,6 +34,11 @@ def register_architecture(hf_classes: tuple[str, ...], config: ConfigFn, weights
 
 
 def get_architecture(hf_class: str) -> Architecture:
+    if hf_class in MODEL_CLASS_ARCHITECTURES:
+        model_class = MODEL_CLASS_ARCHITECTURES[hf_class][0]
+        raise NotImplementedError(
+            f"{hf_class} is not a decoder-only model: load it with hooked.{model_class}.from_pretrained"
+        )
     if hf_class not in ARCHITECTURES:
         supported = ", ".join(sorted(ARCHITECTURES))
         raise NotImplementedError(
@@ -44,3 +49,14 @@ def get_architecture(hf_class: str) -> Architecture:
 
 def supported_architectures() -> list[str]:
     return sorted(ARCHITECTURES)
+
+
+# HF classes that another model class loads (never HookedTransformer): class -> (model class, converter)
+MODEL_CLASS_ARCHITECTURES: dict[str, tuple[str, Architecture]] = {}
+
+
+def register_model_class_architecture(hf_class: str, model_class: str, config: ConfigFn, weights: WeightsFn) -> Architecture:
+    """Register the converter of an HF class that `hooked.<model_class>` (not `HookedTransformer`) loads."""
+    arch = Architecture(hf_class, config, weights)
+    MODEL_CLASS_ARCHITECTURES[hf_class] = (model_class, arch)
+    return arch

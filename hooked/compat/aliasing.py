@@ -44,6 +44,15 @@ TL_MODULES: dict[str, str] = {
     "transformer_lens.factories.activation_function_factory": "hooked.compat.factories",
     "transformer_lens.factories.mlp_factory": "hooked.compat.factories",
     "transformer_lens.components": "hooked.compat.components",
+    # encoders (BERT) and the LIT integration
+    "transformer_lens.HookedEncoder": "hooked.hooked_encoder",
+    "transformer_lens.BertNextSentencePrediction": "hooked.next_sentence_prediction",
+    "transformer_lens.pretrained.weight_conversions.bert": "hooked.compat.pretrained",
+    "transformer_lens.lit": "hooked.compat.lit",
+    "transformer_lens.lit.constants": "hooked.compat.lit.constants",
+    "transformer_lens.lit.utils": "hooked.compat.lit.utils",
+    "transformer_lens.lit.model": "hooked.compat.lit.wrappers",
+    "transformer_lens.lit.dataset": "hooked.compat.lit.wrappers",
     **{
         f"transformer_lens.components.{name}": "hooked.compat.components"
         for name in (
@@ -68,6 +77,17 @@ TL_MODULES: dict[str, str] = {
         )
     },
 }
+
+
+# encoders and encoder-decoders: T5 (HookedEncoderDecoder) and HuBERT (HookedAudioEncoder)
+TL_MODULES.update({
+    "transformer_lens.HookedEncoderDecoder": "hooked.hooked_encoder_decoder",
+    "transformer_lens.HookedAudioEncoder": "hooked.hooked_audio_encoder",
+    "transformer_lens.pretrained.weight_conversions.t5": "hooked.compat.encoders",
+    "transformer_lens.pretrained.weight_conversions.hubert": "hooked.compat.encoders",
+    "transformer_lens.components.t5_attention": "hooked.compat.encoders",
+    "transformer_lens.components.t5_block": "hooked.compat.encoders",
+})
 
 
 class _Distribution(importlib.metadata.Distribution):

@@ -24,6 +24,7 @@ from components import (  # noqa: F401
     Unembed,
 )
 from components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
+from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -82,3 +83,6 @@ class GptOssMoE(MoE):
         cfg = HookedTransformerConfig.unwrap(cfg)
         super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT, norm_topk_prob=True))
 
+
+# TransformerLens's T5 components (encoder-decoder)
+from components.t5 import T5Attention, T5Block  # noqa: E402,F401

@@ -94,3 +94,10 @@ def _converter(family: str):
 
 
 globals().update({f"convert_{family}_weights": _converter(family) for family in FAMILIES})
+
+
+def convert_bert_weights(bert, cfg) -> dict[str, torch.Tensor]:
+    """TransformerLens's `convert_bert_weights(hf_model, cfg)` (a `BertForPreTraining`), through hooked's converter."""
+    from loading.bert import convert_bert_weights as convert
+
+    return convert(_hf_tensors(bert), cfg)

@@ -11,6 +11,8 @@ from hooked.compat import components, evals, factories
 from hooked.config import HookedTransformerConfig
 from hooked.factored_matrix import FactoredMatrix
 from hooked.hooked_transformer import HookedTransformer
+from hooked.hooked_encoder import HookedEncoder
+from hooked.next_sentence_prediction import BertNextSentencePrediction
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
 
 # TransformerLens's legacy names
@@ -23,6 +25,8 @@ __path__: list[str] = []  # a package: submodules resolve through sys.modules on
 __version__ = "2.18.0"
 
 __all__ = [
+    "BertNextSentencePrediction",
+    "HookedEncoder",
     "ActivationCache",
     "EasyTransformer",
     "EasyTransformerConfig",
@@ -43,3 +47,9 @@ __all__ = [
     "patching",
     "utils",
 ]
+
+# encoders and encoder-decoders (T5, HuBERT)
+from hooked.hooked_audio_encoder import HookedAudioEncoder  # noqa: E402
+from hooked.hooked_encoder_decoder import HookedEncoderDecoder  # noqa: E402
+
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]

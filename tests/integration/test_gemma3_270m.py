@@ -9,6 +9,8 @@ batches are small and long rows keep only their last logits.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -176,15 +178,33 @@ def test_decompose_resid_logit_lens_and_logit_attrs_sum_exactly(run):
     assert max(errors.values()) <= 1e-4
 
 
-def test_per_head_decomposition_warns_behind_post_norms(run):
-    from hooked.cache_analysis import PostNormDecompositionWarning
+def test_per_head_and_per_neuron_results_sum_to_sublayer_outputs_behind_post_norms(run):
+    """Heads and neurons go through ln1_post / ln2_post with the cached scale frozen: they sum to what was added."""
+    model, _, _, logits, cache = run
+    H, d_mlp, L = model.cfg.n_heads, model.cfg.d_mlp, model.cfg.n_layers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        heads = cache.stack_head_results(layer=-1, pos_slice=-1)  # [L * H, batch, d_model]
+        neurons = cache.stack_neuron_results(layer=3, pos_slice=-1)  # [3 * d_mlp, batch, d_model]
+    errors = {}
+    for l in range(L):
+        attn_out = cache["attn_out", l][:, -1]
+        errors[f"heads {l}"] = (heads[l * H : (l + 1) * H].sum(0) - attn_out).abs().max().item() / attn_out.abs().max().item()
+    for l in range(3):
+        mlp_out = cache["mlp_out", l][:, -1]
+        errors[f"neurons {l}"] = (neurons[l * d_mlp : (l + 1) * d_mlp].sum(0) - mlp_out).abs().max().item() / mlp_out.abs().max().item()
+    assert max(errors.values()) <= 1e-4, errors
 
-    _, _, _, _, cache = run
-    with pytest.warns(PostNormDecompositionWarning, match="post-sublayer norms"):
-        heads = cache.stack_head_results(layer=2, pos_slice=-1)
-    attn_out = cache["attn_out", 1][:, -1]
-    summed = heads[-4:].sum(0) + cache.model.blocks[1].attn.b_O  # layer 1's heads, before ln1_post
-    assert (summed - attn_out).abs().max().item() > 1e-2  # the reason for the warning
+    answer = torch.tensor([model.to_single_token(" Mary"), model.to_single_token(" Paris")])
+    stack = cache.get_full_resid_decomposition(pos_slice=-1, expand_neurons=False)
+    attrs = cache.logit_attrs(stack, answer, pos_slice=-1)  # [component, batch]
+    logit = logits[torch.arange(2), -1, answer]
+    assert model.cfg.output_logits_soft_cap <= 0  # Gemma 3 has no final soft cap: logits are linear in the stream
+    assert (attrs.sum(0) - logit).abs().max().item() <= 1e-3 * logit.abs().max().item()
+    head_attrs = cache.logit_attrs(heads, answer, pos_slice=-1)[:, 0]  # [L * H]: " Mary" after the IOI prompt
+    top = head_attrs.topk(3).values
+    print(f"\ntop head attributions to ' Mary' (logit {logit[0].item():.2f}): {[round(v, 2) for v in top.tolist()]}")
+    assert top[0] > 1.0  # heads' shares are on the logit's scale, not ~0.1 as before the post norm
 
 
 def test_activation_patching_and_hooked_generation(gemma3_processed):

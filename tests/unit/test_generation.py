@@ -417,3 +417,42 @@ def test_generate_stream_yields_chunks_equal_to_generate(gpt2_pair):
     texts = list(model.generate_stream(PROMPTS[0], max_new_tokens=4, do_sample=False, max_tokens_per_yield=2))
     assert all(isinstance(t, str) for t in texts) and len(texts) == 2
     assert not model.list_hooks() and not torch.is_inference_mode_enabled()
+
+
+# -- hooks that only fit the prompt ------------------------------------------------------------
+def test_fixed_position_hook_fails_at_the_first_decode_step_naming_hook_step_and_fix(llama_like):
+    from functools import partial
+
+    from hooked.errors import GenerationHookError
+
+    model = llama_like
+    tokens = model.to_tokens("The quick brown fox jumps over")
+    steer = torch.randn(3, model.cfg.d_model, generator=torch.Generator().manual_seed(0))  # one row per position
+
+    def add_to_prompt_positions(resid, hook, vector):
+        resid[:, 1:4] += vector  # only the prompt has positions 1..3: [1, 0, d_model] at a decode step
+
+    hook = ("blocks.1.hook_resid_pre", partial(add_to_prompt_positions, vector=steer))
+    with pytest.raises(GenerationHookError) as info:
+        greedy(model, tokens, n=3, fwd_hooks=[hook])
+    message = str(info.value)
+    for part in ("'add_to_prompt_positions'", "'blocks.1.hook_resid_pre'", "step 1", "at_steps(hook, 0)"):
+        assert part in message
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert not model.list_hooks()
+
+    prompt_only = greedy(model, tokens, n=3, fwd_hooks=[(hook[0], at_steps(hook[1], 0))], output_logits=True)
+    steered = model.run_with_hooks(tokens, fwd_hooks=[hook])[:, -1]  # the prefill's steered logits
+    torch.testing.assert_close(prompt_only.logits[0], steered, atol=1e-5, rtol=0)
+    assert not torch.allclose(steered, model(tokens)[:, -1])  # the hook does steer the prefill
+
+
+def test_hook_errors_outside_decode_steps_keep_their_type(llama_like):
+    tokens = llama_like.to_tokens("The quick brown fox jumps over")
+
+    def broken(resid, hook):
+        raise RuntimeError("a bug in the hook")
+
+    with pytest.raises(RuntimeError, match="a bug in the hook") as info:
+        greedy(llama_like, tokens, n=2, fwd_hooks=[("blocks.0.hook_resid_pre", broken)])
+    assert type(info.value) is RuntimeError  # step 0 (the prefill): the user's own error, untouched

@@ -76,3 +76,37 @@ def test_heads_dict_prompt_list_and_validation(model):
         detect_head(model, PROMPT, "copy_head")
     with pytest.raises(ValueError, match="single prompt"):
         detect_head(model, prompts, "induction_head", cache=object())
+
+
+# -- token tensors (ARENA's repeated random tokens) ---------------------------------------------
+def test_token_tensor_equals_the_text_path_when_the_text_round_trips(model):
+    tokens = model.to_tokens(PROMPT)  # [1, pos]
+    assert torch.equal(model.to_tokens(model.to_string(tokens[0])), tokens)  # this text round-trips
+    for pattern in ("previous_token_head", "duplicate_token_head", "induction_head"):
+        from_text = detect_head(model, PROMPT, pattern)
+        torch.testing.assert_close(detect_head(model, tokens, pattern), from_text, atol=0, rtol=0)
+        torch.testing.assert_close(detect_head(model, tokens[0], pattern), from_text, atol=0, rtol=0)
+
+
+def test_repeated_random_tokens_batch_averages_the_rows(model):
+    gen = torch.Generator().manual_seed(0)
+    half = torch.randint(3, model.cfg.d_vocab, (3, 6), generator=gen)
+    rep_tokens = torch.cat([half, half], dim=1)  # [batch, 2 * 6]
+    scores = detect_head(model, rep_tokens, "induction_head")
+    rows = torch.stack([detect_head(model, row, "induction_head") for row in rep_tokens])
+    torch.testing.assert_close(scores, rows.mean(0), atol=1e-6, rtol=0)
+    _, cache = model.run_with_cache(rep_tokens[:1])
+    torch.testing.assert_close(detect_head(model, rep_tokens[:1], "induction_head", cache=cache), rows[0], atol=0, rtol=0)
+
+
+def test_a_cache_of_another_input_is_refused(model):
+    from hooked.errors import InputError
+
+    tokens = model.to_tokens(PROMPT)
+    _, other = model.run_with_cache(model.to_tokens("Hooks let you read"))
+    with pytest.raises(InputError, match="the cache was made from other tokens"):
+        detect_head(model, tokens, "previous_token_head", cache=other)
+    with pytest.raises(InputError, match="integer tensor"):
+        detect_head(model, tokens.float(), "previous_token_head")
+    with pytest.raises(InputError, match=r"token ids must lie in \[0, "):
+        detect_head(model, tokens + model.cfg.d_vocab, "previous_token_head")

@@ -184,3 +184,68 @@ def test_caching_records_post_intervention_values_unless_prepended(model, toks):
     model.reset_hooks()
     assert (after["resid_post", 0] == 0).all()
     assert before["blocks.0.hook_resid_post"].abs().sum() > 0
+
+
+# -- errors that name the fix -----------------------------------------------------------------
+
+
+def test_unknown_hook_suggestions_list_the_right_layer_first_and_few():
+    deep = HookedTransformer(HookedTransformerConfig(**dict(CFG, d_model=8, d_head=4, n_layers=21)))
+    with pytest.raises(KeyError) as info:
+        deep.run_with_cache(torch.zeros(1, 3, dtype=torch.long), names_filter="blocks.0.attn.hook_patern")
+    suggested = str(info.value).split("Did you mean: ")[1].split("?")[0].split(", ")
+    assert suggested[0] == "blocks.0.attn.hook_pattern"
+    assert len(suggested) <= 4
+
+
+def test_attn_in_on_grouped_query_attention_points_to_split_qkv_input():
+    from hooked.errors import InputError
+
+    gqa = HookedTransformer(HookedTransformerConfig(**dict(CFG, n_key_value_heads=2, positional_embedding_type="rotary")))
+    toks = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(HookNotEnabledError, match=r"set_use_split_qkv_input\(True\)"):
+        gqa.run_with_cache(toks, names_filter="blocks.0.hook_attn_in")
+    with pytest.raises(InputError, match=r"set_use_split_qkv_input\(True\)"):
+        gqa.set_use_attn_in(True)
+    gqa.set_use_split_qkv_input(True)  # the suggested fix works and gives the documented shapes
+    _, cache = gqa.run_with_cache(toks, names_filter=lambda n: n.startswith("blocks.0.hook_") and n.endswith("_input"))
+    assert cache["blocks.0.hook_q_input"].shape == (1, 5, 4, 32)
+    assert cache["blocks.0.hook_k_input"].shape == (1, 5, 2, 32)
+
+
+def test_incl_bwd_with_autograd_off_says_how_to_enable_it(model, toks):
+    from hooked.errors import InputError
+
+    previous = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)  # as ARENA notebooks start
+    try:
+        with pytest.raises(InputError, match=r"torch\.enable_grad\(\)"):
+            model.run_with_cache(toks, return_type="loss", incl_bwd=True)
+    finally:
+        torch.set_grad_enabled(previous)
+    assert not any(hp.has_hooks() for hp in model.hook_points())  # nothing leaked
+    with torch.enable_grad():
+        _, cache = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter="blocks.0.hook_resid_mid")
+    assert cache["blocks.0.hook_resid_mid_grad"].abs().sum() > 0
+
+
+def test_partial_forward_hooks_and_backward_hooks_added_by_name(model, toks):
+    from functools import partial
+
+    def scale(x, hook, factor):
+        return x * factor
+
+    def save_grad(grad, hook, store):
+        store[hook.name] = grad.detach().clone()
+
+    via_partial = model.run_with_hooks(toks, fwd_hooks=[("blocks.0.hook_mlp_out", partial(scale, factor=3.0))])
+    via_lambda = model.run_with_hooks(toks, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: x * 3.0)])
+    torch.testing.assert_close(via_partial, via_lambda, atol=0, rtol=0)
+    grads = {}
+    model.add_hook("blocks.1.hook_resid_pre", partial(save_grad, store=grads), "bwd")
+    try:
+        model(toks, return_type="loss").backward()
+    finally:
+        model.reset_hooks()
+    _, cache = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter="blocks.1.hook_resid_pre")
+    torch.testing.assert_close(grads["blocks.1.hook_resid_pre"], cache["blocks.1.hook_resid_pre_grad"], atol=0, rtol=0)

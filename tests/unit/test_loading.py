@@ -10,7 +10,13 @@ from tests.helpers import NO_PROCESSING, hooked_from, tiny_gpt2
 
 def test_unsupported_architecture_lists_supported():
     with pytest.raises(NotImplementedError, match="GPT2LMHeadModel"):
-        get_architecture("BertForMaskedLM")
+        get_architecture("XLNetLMHeadModel")
+
+
+@pytest.mark.parametrize("hf_class, model_class", [("BertForMaskedLM", "HookedEncoder"), ("T5ForConditionalGeneration", "HookedEncoderDecoder"), ("HubertModel", "HookedAudioEncoder")])
+def test_non_decoder_architecture_names_the_class_that_loads_it(hf_class, model_class):
+    with pytest.raises(NotImplementedError, match=rf"not a decoder-only model: load it with hooked\.{model_class}\.from_pretrained"):
+        get_architecture(hf_class)
 
 
 def test_gpt2_converter_is_pure_on_a_plain_dict():

@@ -147,3 +147,13 @@ def test_auto_batch_size_respects_budget(setup):
     assert patching.auto_batch_size(model, corrupted, 1000) == patching.MAX_AUTO_BATCH
     assert patching.auto_batch_size(model, corrupted, 10) == 10
     assert patching.auto_batch_size(model, corrupted, 1000, memory_bytes=1) == 1
+
+
+def test_patching_sweeps_show_a_progress_bar_unless_verbose_false(setup, capsys):
+    model, corrupted, clean_cache = setup
+    quiet = patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric, verbose=False)
+    assert "patching resid_pre" not in capsys.readouterr().err
+    shown = patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
+    err = capsys.readouterr().err
+    assert "patching resid_pre" in err and f"{L * P}/{L * P}" in err
+    torch.testing.assert_close(shown, quiet, atol=0, rtol=0)

@@ -71,3 +71,32 @@ def test_text_input_uses_the_tokenizer_mask(tokenizer):
     torch.testing.assert_close(right[1, : alone.shape[0]], alone, atol=1e-5, rtol=0)
     raw_left = model.to_tokens(prompts, padding_side="left")  # raw tokens: mask inferred for left padding
     torch.testing.assert_close(model(raw_left, padding_side="left"), batched, atol=1e-5, rtol=0)
+
+
+# -- ids outside the vocabulary and too-short inputs give errors that name the value -----------
+
+
+def test_to_str_tokens_rejects_an_id_past_the_vocabulary(tokenizer):
+    model = model_with(tokenizer)
+    n = model._vocab_size()
+    assert model.to_str_tokens(torch.tensor([n - 1]))  # the last id still decodes
+    with pytest.raises(ValueError, match=rf"token id {n + 5}, outside the vocabulary \[0, {n}\)"):
+        model.to_str_tokens(torch.tensor([3, n + 5]))
+
+
+def test_to_string_rejects_a_negative_id(tokenizer):
+    model = model_with(tokenizer)
+    with pytest.raises(ValueError, match=r"token id -1, outside the vocabulary \[0, "):
+        model.to_string(torch.tensor([5, -1]))
+    with pytest.raises(ValueError, match=r"token id -3"):
+        model.to_string([[1, 2], [-3, 4]])
+
+
+def test_loss_on_one_token_says_it_needs_two(tokenizer):
+    model = model_with(tokenizer)
+    tokens = model.to_tokens("Paris", prepend_bos=False)[:, :1]
+    with pytest.raises(ValueError, match=r"at least 2 tokens per sequence, got tokens of shape \(1, 1\)"):
+        model(tokens, return_type="loss")
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        model.loss_fn(model(tokens), tokens)
+    assert torch.isfinite(model(model.to_tokens("Paris is"), return_type="loss"))

@@ -1,0 +1,235 @@
+"""`harvest`: run a hooked model over a corpus and store chosen hook activations as sharded safetensors.
+
+Batches come in a fixed order; consecutive batches form shards (shard k = batches
+[k * batches_per_shard, (k + 1) * batches_per_shard)), so a shard's contents depend only on the
+arguments. A resumed run skips shards the manifest lists; under torchrun rank r takes shards with
+k % world_size == r. The forward stops after the last needed block and caches only the requested
+hooks; while one batch runs, the previous batch's activations are copied to the host and a
+background thread writes finished shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hooked.errors import InputError
+from hooked.harvest import distributed, writer
+from hooked.harvest.corpus import Batch, Corpus, iter_batches, iter_contexts, special_ids
+from hooked.harvest.hooks import resolve_hooks, stop_layer
+from hooked.validation import to_dtype
+
+logger = logging.getLogger(__name__)
+POSITIONS = ("all", "skip_bos", "last")
+SHARD_BYTES = 256 << 20  # default shard size target
+
+
+def harvest(
+    model,
+    corpus: Any,
+    hooks: str | list[str],
+    out: str | Path,
+    context_length: int,
+    batch_size: int = 8,
+    max_tokens: int | None = None,
+    dtype: str | torch.dtype = "float32",
+    positions: str = "all",
+    tokenization: str = "concat",
+    batches_per_shard: int | None = None,
+    text_field: str = "text",
+    model_id: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """Harvest `hooks` over `corpus` into `out`; returns the manifest. Rerunning with the same arguments resumes.
+
+    corpus: a text file, a directory of .txt/.jsonl (field `text_field`) files, a .pt/.safetensors token
+    tensor, a saved `datasets` directory or a `datasets` dataset. Stored per hook: `[contexts, pos, ...]`
+    (concat tokenization with positions "all"/"skip_bos") or `[rows, ...]` (padding excluded / "last").
+    """
+    hooks = resolve_hooks(model, hooks)
+    dtype = to_dtype(dtype)
+    _check_args(model, context_length, batch_size, max_tokens, positions, tokenization)
+    corpus = corpus if isinstance(corpus, Corpus) else Corpus(corpus, text_field)
+    out = Path(out)
+    rank, world = distributed.setup()
+    stop = stop_layer(hooks, model.cfg.n_layers)
+    shapes = _feature_shapes(model, hooks, stop)
+    layout = "contexts" if tokenization == "concat" and positions != "last" else "rows"
+    if batches_per_shard is None:
+        row_bytes = sum(torch.Size(s).numel() for s in shapes.values()) * dtype.itemsize * context_length
+        batches_per_shard = max(1, SHARD_BYTES // max(1, row_bytes * batch_size))
+    args = dict(hooks=hooks, context_length=context_length, batch_size=batch_size, max_tokens=max_tokens,
+                dtype=str(dtype).removeprefix("torch."), positions=positions, tokenization=tokenization,
+                batches_per_shard=batches_per_shard, text_field=text_field)
+    identity = dict(model=model.cfg.model_name, config_sha256=config_hash(model.cfg),
+                    corpus_fingerprint=corpus.fingerprint, **args)
+    if rank == 0:
+        writer.check_writable(out)
+    distributed.barrier()
+    writer.check_writable(out)
+    manifests = writer.read_manifests(out)
+    writer.check_same_identity(out, manifests, identity)
+    done = writer.completed_shards(manifests)
+    own = [s for s in done.values() if s["index"] % world == rank]  # with world 1: every completed shard
+    manifest = dict(format=writer.FORMAT, identity=identity, model=dict(name=model.cfg.model_name, id=model_id,
+                    revision=getattr(model.cfg, "revision", None)), layout=layout, stop_at_layer=stop,
+                    hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()}, corpus=str(corpus.source),
+                    world_size=world, rank=rank, shards=own, complete=False)
+    shard_writer = writer.ShardWriter(out, manifest, rank, world)
+    start = time.perf_counter()
+    try:
+        stats = _run(model, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress)
+    except BaseException:
+        shard_writer.queue.put(None)
+        raise
+    manifest = shard_writer.close(complete=True)
+    elapsed = time.perf_counter() - start
+    if world > 1:
+        manifest = distributed.merge_manifests(out, rank, world)
+    _summary(out, manifest, stats, elapsed)
+    return manifest
+
+
+def _check_args(model, context_length, batch_size, max_tokens, positions, tokenization) -> None:
+    n_ctx = model.cfg.n_ctx
+    if not isinstance(context_length, int) or not 2 <= context_length <= n_ctx:
+        raise InputError(f"context_length={context_length!r} must be an int in [2, {n_ctx}] (the model's n_ctx).")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size={batch_size!r} must be a positive int.")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < context_length):
+        raise InputError(f"max_tokens={max_tokens!r} must be None or at least context_length ({context_length}).")
+    if positions not in POSITIONS:
+        raise InputError(f"positions={positions!r}: choose one of {', '.join(POSITIONS)}.")
+    if tokenization not in ("concat", "document"):
+        raise InputError(f"tokenization={tokenization!r}: choose 'concat' or 'document'.")
+
+
+def config_hash(cfg) -> str:
+    """sha256 of the model config, without where it runs (device, n_devices)."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in ("device", "n_devices")}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _feature_shapes(model, hooks: list[str], stop: int | None) -> dict[str, tuple[int, ...]]:
+    """Each hook's per-token shape, from a 2-token probe forward (also checks that every hook fires)."""
+    probe = torch.zeros((1, 2), dtype=torch.long, device=model.cfg.device)
+    with torch.inference_mode():
+        _, cache = model.run_with_cache(probe, names_filter=hooks, stop_at_layer=stop, return_type=None)
+    silent = [h for h in hooks if h not in cache]
+    if silent:
+        raise InputError(f"Hooks {silent} did not fire in a forward pass of this model; harvest other hooks.")
+    return {h: tuple(cache[h].shape[2:]) for h in hooks}
+
+
+def _forward(model, batch: Batch, hooks, stop, dtype, layout: str, positions: str, first_context: int) -> dict:
+    """One batch's kept rows, converted to `dtype` and copied (asynchronously on GPU) to host memory."""
+    device = model.cfg.device
+    tokens = batch.tokens.to(device, non_blocking=True)
+    mask = None if bool(batch.mask.all()) else batch.mask.to(device).long()
+    with torch.inference_mode():
+        _, cache = model.run_with_cache(tokens, names_filter=hooks, stop_at_layer=stop, attention_mask=mask,
+                                        return_type=None)
+    b, p = batch.tokens.shape
+    meta = dict(tokens=batch.tokens, doc_index=batch.doc_index, pos_index=torch.arange(p).expand(b, p),
+                context_index=torch.arange(first_context, first_context + b).unsqueeze(1).expand(b, p))
+    start = 1 if positions == "skip_bos" else 0
+    if layout == "contexts":  # [contexts, pos, ...]
+        acts = {h: cache[h][:, start:] for h in hooks}
+        meta = {k: v[:, start:] for k, v in meta.items()}
+        meta["context_index"] = meta["context_index"][:, 0]
+    else:  # [rows, ...]: padding (and with "last" every position but the last real one) dropped
+        keep = batch.mask.clone()
+        keep[:, :start] = False
+        if positions == "last":
+            keep = torch.zeros_like(keep)
+            keep[torch.arange(b), batch.mask.sum(1) - 1] = True
+        keep_dev = keep.to(device)
+        acts = {h: cache[h][keep_dev] for h in hooks}
+        meta = {k: v[keep] for k, v in meta.items()}
+    acts = {h: a.to(dtype).to("cpu", non_blocking=True) for h, a in acts.items()}
+    return dict(acts, **{k: v.contiguous() for k, v in meta.items()})
+
+
+def _run(model, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress) -> dict:
+    """The batch loop: forward batch i while batch i-1 reaches the host; hand finished shards to the writer."""
+    from tqdm.auto import tqdm
+
+    _, _, pad = special_ids(model.tokenizer)
+    contexts = iter_contexts(corpus, model.tokenizer, args["context_length"], args["tokenization"])
+    batches = iter_batches(contexts, args["batch_size"], args["max_tokens"], pad)
+    bps, max_tokens = args["batches_per_shard"], args["max_tokens"]
+    initial = sum(s["tokens"] for s in shard_writer.manifest["shards"])
+    bar = tqdm(total=max_tokens // world if max_tokens else None, initial=initial, unit="tok", unit_scale=True,
+               disable=not progress, desc="harvest" if world == 1 else f"harvest rank {rank}")
+    stats = dict(tokens=0, rows=0, shards=0, skipped=0)
+    parts: list[dict] = []
+    shard_of_parts = pending = None
+
+    def submit() -> None:
+        tensors = {k: torch.cat([p[k] for p in parts]) for k in parts[0] if k != "n_tokens"}
+        record = dict(contexts=int(tensors["context_index"].unique().numel()), rows=_n_rows(tensors, layout),
+                      tokens=sum(p["n_tokens"] for p in parts))
+        shard_writer.submit(shard_of_parts, tensors, record)
+        stats["shards"] += 1
+        stats["rows"] += record["rows"]
+
+    def finish(item) -> None:
+        nonlocal parts, shard_of_parts
+        shard, result, event = item
+        if event is not None:
+            event.synchronize()
+        if parts and shard != shard_of_parts:
+            submit()
+            parts = []
+        parts.append(result)
+        shard_of_parts = shard
+        bar.update(result["n_tokens"])
+        stats["tokens"] += result["n_tokens"]
+
+    n_contexts = 0
+    try:
+        for i, batch in enumerate(batches):
+            shard, first = i // bps, n_contexts
+            n_contexts += batch.tokens.shape[0]
+            if shard % world != rank or shard in done:
+                stats["skipped"] += 1
+                continue
+            result = _forward(model, batch, hooks, stop, dtype, layout, args["positions"], first)
+            result["n_tokens"] = batch.n_tokens
+            event = torch.cuda.Event() if torch.device(model.cfg.device).type == "cuda" else None
+            if event is not None:
+                event.record()
+            if pending is not None:
+                finish(pending)
+            pending = (shard, result, event)
+        if pending is not None:
+            finish(pending)
+        if parts:
+            submit()
+    finally:
+        bar.close()
+    if n_contexts == 0:
+        raise InputError(f"The corpus {corpus.source!s} gives no context of {args['context_length']} tokens: it is "
+                         f"empty or shorter than one context. Use a larger corpus or a shorter --context-length.")
+    return stats
+
+
+def _n_rows(tensors: dict, layout: str) -> int:
+    shape = tensors["tokens"].shape
+    return shape[0] * shape[1] if layout == "contexts" else shape[0]
+
+
+def _summary(out: Path, manifest: dict, stats: dict, elapsed: float) -> None:
+    rate = stats["tokens"] / elapsed if elapsed > 0 else 0.0
+    logger.info(
+        "harvest: %d tokens (%d rows, %d new shards, %d batches skipped as done or another rank's) in %.1f s "
+        "(%.0f tokens/s); %d shards in %s",
+        stats["tokens"], stats["rows"], stats["shards"], stats["skipped"], elapsed, rate,
+        len(manifest["shards"]), out / writer.MANIFEST,
+    )

@@ -1,0 +1,20 @@
+"""Interactive HTML views of a model's activations, offline and self-contained.
+
+Each function returns a `View`: it renders in Jupyter, `.save(path)` writes one HTML
+file (style, script and data inlined, nothing fetched), and `a + b` puts views on one page.
+"""
+
+from hooked.viz._html import View, embedded_data
+from hooked.viz.attention import attention_patterns
+from hooked.viz.attribution import direct_logit_attribution
+from hooked.viz.logit_lens import logit_lens
+from hooked.viz.text import activations_over_text
+
+__all__ = [
+    "View",
+    "activations_over_text",
+    "attention_patterns",
+    "direct_logit_attribution",
+    "embedded_data",
+    "logit_lens",
+]

@@ -1,0 +1,201 @@
+"""One self-contained HTML page: inline CSS, a small vanilla-JS renderer, data as embedded JSON.
+
+Every view is a dict `{"kind": ..., ...}`; the page's script draws each kind into its own
+`<section>`. Nothing is fetched from the network, so a saved file opens offline.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from pathlib import Path
+
+DATA_ID_PREFIX = "hooked-viz-data-"
+
+_CSS = """
+.hv{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;color:#222;max-width:100%;overflow-x:auto}
+.hv section{margin:0 0 18px 0}
+.hv h3{font-size:15px;margin:4px 0 6px 0}
+.hv .note{color:#8a5a00;background:#fff6e0;border:1px solid #f0d9a0;padding:3px 6px;margin:4px 0;display:inline-block}
+.hv .tok{display:inline-block;padding:1px 3px;margin:1px;border:1px solid #ddd;border-radius:3px;cursor:default;
+ white-space:pre;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .tok.hl{outline:2px solid #d33}
+.hv .grid{border-collapse:collapse;margin:4px 8px 8px 0;display:inline-table;vertical-align:top}
+.hv .grid td,.hv .grid th{padding:0;font-weight:normal;font-size:10px}
+.hv .grid td.c{width:14px;height:14px;border:1px solid #fff}
+.hv .grid td.c.hl{border:1px solid #d33}
+.hv canvas.pattern{display:block;cursor:crosshair}
+.hv .grid td.wide{width:34px;text-align:center;font-size:9px}
+.hv .grid th.r{text-align:right;padding-right:4px;white-space:pre;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .grid th.col{writing-mode:vertical-rl;transform:rotate(180deg);white-space:pre;height:auto;
+ font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .head{display:inline-block;vertical-align:top;margin-right:6px}
+.hv .info{min-height:1.4em;color:#333;font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre}
+.hv .bar-row{display:flex;align-items:center;height:16px}
+.hv .bar-label{width:110px;text-align:right;padding-right:6px;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .bar-track{position:relative;width:360px;height:12px;background:#f4f4f4}
+.hv .bar{position:absolute;top:0;height:12px}
+.hv .bar-val{padding-left:6px;font-family:ui-monospace,Menlo,Consolas,monospace}
+"""
+
+_JS = r"""
+(function(){
+const root=document.getElementById(ROOT_ID), data=JSON.parse(document.getElementById(DATA_ID).textContent);
+function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!==undefined)e.textContent=text;return e;}
+function show(s){return s.replace(/\n/g,'\\n');}
+function blue(v){const a=Math.max(0,Math.min(1,v));return 'rgba(30,90,200,'+a.toFixed(3)+')';}
+function diverging(v,m){const a=m>0?Math.min(1,Math.abs(v)/m):0;return v>=0?'rgba(30,90,200,'+a.toFixed(3)+')':'rgba(210,50,40,'+a.toFixed(3)+')';}
+function fmt(v){if(v===null||v===undefined)return 'n/a';return Math.abs(v)>=1e-3||v===0?v.toFixed(4):v.toExponential(2);}
+function notes(sec,v){(v.notes||[]).forEach(n=>sec.appendChild(el('div','note',n)));}
+function tokenStrip(toks,colors,onHover,title){
+  const strip=el('div','strip');
+  toks.forEach((t,i)=>{const s=el('span','tok',show(t));s.dataset.pos=i;if(colors)s.style.background=colors[i];
+    if(title)s.title=title(i);s.addEventListener('mouseenter',()=>onHover(i));strip.appendChild(s);});
+  return strip;
+}
+function highlight(nodes,pred){nodes.forEach(n=>n.classList.toggle('hl',pred(n)));}
+const R={};
+R.attention=function(v,sec){
+  // one canvas per head (a DOM cell per weight would freeze the page on long prompts)
+  const info=el('div','info','hover a token: its row (what it attends to) and column (who attends to it) in every head');
+  const P=v.tokens.length, C=Math.max(4,Math.min(14,Math.floor(448/P))), heads=[];
+  function draw(hd,sel){const ctx=hd.cv.getContext('2d');ctx.clearRect(0,0,hd.cv.width,hd.cv.height);
+    ctx.drawImage(hd.base,0,0);hd.cv.dataset.highlight=sel===null?'':String(sel);
+    if(sel===null)return;ctx.strokeStyle='#d33';ctx.lineWidth=2;
+    ctx.strokeRect(1,sel*C,P*C-2,C);ctx.strokeRect(sel*C,1,C,P*C-2);}
+  let stripToks=null;
+  function select(i){heads.forEach(hd=>draw(hd,i));highlight(stripToks,n=>+n.dataset.pos===i);
+    const parts=v.heads.map((h,hi)=>{const row=v.patterns[hi][i];let b=0;for(let k=1;k<P;k++)if(row[k]>row[b])b=k;
+      return h+'→'+JSON.stringify(v.tokens[b])+' '+fmt(row[b]);});
+    info.textContent='from '+JSON.stringify(v.tokens[i])+': '+parts.slice(0,8).join('  ')+(parts.length>8?' …':'');}
+  const strip=tokenStrip(v.tokens,null,select);stripToks=Array.from(strip.querySelectorAll('.tok'));
+  sec.appendChild(strip);sec.appendChild(info);
+  v.heads.forEach((h,hi)=>{
+    const box=el('div','head');box.appendChild(el('div','',h));
+    const cv=el('canvas','pattern');cv.width=cv.height=P*C;cv.dataset.head=h;
+    const base=document.createElement('canvas');base.width=base.height=P*C;const bx=base.getContext('2d');
+    for(let q=0;q<P;q++)for(let k=0;k<P;k++){const w=v.patterns[hi][q][k];if(!w)continue;
+      bx.fillStyle=blue(w);bx.fillRect(k*C,q*C,C-(C>5?1:0),C-(C>5?1:0));}
+    const hd={cv:cv,base:base};heads.push(hd);draw(hd,null);
+    cv.addEventListener('mousemove',e=>{const r=cv.getBoundingClientRect();
+      const q=Math.min(P-1,Math.floor((e.clientY-r.top)/C)),k=Math.min(P-1,Math.floor((e.clientX-r.left)/C));
+      info.textContent=h+': '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+' '+fmt(v.patterns[hi][q][k]);});
+    box.appendChild(cv);sec.appendChild(box);
+  });
+};
+R.logit_lens=function(v,sec){
+  const info=el('div','info','hover a cell: the top token the layer predicts there');
+  const cells=[], P=v.tokens.length, rank=v.mode==='rank', cols=v.tokens.map(()=>[]);let lit=[];
+  function light(list){lit.forEach(c=>c.classList.remove('hl'));list.forEach(c=>c.classList.add('hl'));lit=list;}
+  const strip=tokenStrip(v.tokens,null,i=>{light(cols[i]);
+    highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);});
+  sec.appendChild(strip);
+  // built as one HTML string: thousands of cells through the DOM API take seconds
+  const esc=t=>t.replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');
+  const rows=['<tr><th></th>'+v.tokens.map(t=>'<th class="col">'+esc(show(t))+'</th>').join('')+'</tr>'];
+  v.layers.forEach((lab,l)=>{const r=['<tr><th class="r">'+esc(lab)+'</th>'];
+    for(let p=0;p<P;p++){const x=v.values[l][p];
+      const bg=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);
+      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+(rank?String(x):(x*100).toFixed(0))+'</td>');}
+    rows.push(r.join('')+'</tr>');});
+  const tb=el('table','grid');tb.innerHTML=rows.join('');
+  tb.querySelectorAll('td.c').forEach(td=>{cells.push(td);cols[+td.dataset.p].push(td);});
+  // one listener for the table (thousands of cells): the message is built for the hovered cell only
+  tb.addEventListener('mouseover',e=>{const td=e.target.closest('td.c');if(!td)return;
+    const l=+td.dataset.l,p=+td.dataset.p,x=v.values[l][p];
+    info.textContent=v.layers[l]+' @ '+JSON.stringify(v.tokens[p])+': '+v.target_label(p)+' '+(rank?'rank '+x:'p='+fmt(x))+
+      ' | top '+JSON.stringify(v.top_tokens[l][p])+' p='+fmt(v.top_probs[l][p]);light([td]);});
+  sec.appendChild(tb);sec.appendChild(info);
+};
+R.bars=function(v,sec){
+  const m=Math.max(1e-12,...v.values.map(Math.abs)), rows=[];
+  const info=el('div','info','hover a bar for its exact value');
+  v.labels.forEach((lab,i)=>{const row=el('div','bar-row');row.dataset.i=i;
+    row.appendChild(el('span','bar-label',lab));const tr=el('div','bar-track');const b=el('div','bar');
+    const w=Math.abs(v.values[i])/m*50;b.style.width=w+'%';b.style.left=(v.values[i]>=0?50:50-w)+'%';
+    b.style.background=v.values[i]>=0?'#1e5ac8':'#d23228';tr.appendChild(b);row.appendChild(tr);
+    row.appendChild(el('span','bar-val',fmt(v.values[i])));
+    row.addEventListener('mouseenter',()=>{info.textContent=lab+': '+v.values[i];highlight(rows,r=>r===row);});
+    rows.push(row);sec.appendChild(row);});
+  sec.appendChild(info);
+};
+R.text=function(v,sec){
+  const m=Math.max(1e-12,...v.values.map(Math.abs));
+  const info=el('div','info','hover a token for its value');
+  const strip=tokenStrip(v.tokens,v.values.map(x=>diverging(x,m)),i=>{
+    info.textContent=JSON.stringify(v.tokens[i])+': '+(v.values[i]===null?'n/a':v.values[i]);
+    highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);},i=>fmt(v.values[i]));
+  sec.appendChild(strip);sec.appendChild(info);
+};
+data.views.forEach((v,n)=>{
+  const sec=el('section');sec.dataset.kind=v.kind;sec.dataset.index=n;sec.appendChild(el('h3','',v.title));notes(sec,v);
+  if(v.kind==='logit_lens'){const t=v.targets;v.target_label=p=>JSON.stringify(t[p]);}
+  R[v.kind](v,sec);root.appendChild(sec);
+});
+})();
+"""
+
+
+def _safe_json(data) -> str:
+    """JSON that cannot close its `<script>` tag early."""
+    return json.dumps(data, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_fragment(views: list[dict], title: str = "hooked") -> str:
+    """A `<div>` with its style, data and script: embeddable in Jupyter or in a page."""
+    uid = uuid.uuid4().hex[:12]
+    root_id, data_id = f"hooked-viz-{uid}", f"{DATA_ID_PREFIX}{uid}"
+    script = _JS.replace("ROOT_ID", json.dumps(root_id)).replace("DATA_ID", json.dumps(data_id))
+    return (
+        f'<div class="hv" id="{root_id}"><style>{_CSS}</style>'
+        f'<script type="application/json" id="{data_id}">{_safe_json({"title": title, "views": views})}</script>'
+        f"<script>{script}</script></div>"
+    )
+
+
+def render_page(views: list[dict], title: str = "hooked") -> str:
+    """A complete HTML document around `render_fragment`."""
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>'
+        f"<body>{render_fragment(views, title)}</body></html>"
+    )
+
+
+def embedded_data(page: str) -> list[dict]:
+    """The views embedded in a page or fragment (for tests and tooling): the parsed JSON."""
+    start = page.index(f'id="{DATA_ID_PREFIX}')
+    start = page.index(">", start) + 1
+    return json.loads(page[start : page.index("</script>", start)])["views"]
+
+
+class View:
+    """A rendered figure: shows itself in Jupyter, and `.save(path)` writes a self-contained page."""
+
+    def __init__(self, views: list[dict], title: str):
+        self.views = views
+        self.title = title
+
+    @property
+    def data(self) -> dict:
+        """The (first) view's embedded data, as the page receives it."""
+        return self.views[0]
+
+    @property
+    def html(self) -> str:
+        return render_page(self.views, self.title)
+
+    def _repr_html_(self) -> str:
+        return render_fragment(self.views, self.title)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.html, encoding="utf-8")
+        return path
+
+    def __add__(self, other: View) -> View:
+        """Two views on one page: `(attention + lens).save("both.html")`."""
+        return View(self.views + other.views, self.title)
+
+    def __repr__(self) -> str:
+        return f"View({', '.join(v['kind'] for v in self.views)}: {self.title!r})"
