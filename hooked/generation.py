@@ -106,7 +106,7 @@ def prepare_prompt(
     Raw token input without a mask gets `forward`'s pad-id inference (only when the
     padding side resolves to left), else a mask of ones.
     """
-    device = model.embed.W_E.device
+    device = model.input_device
     tokens, embeds, mask = None, None, attention_mask
     unbatched_embeds = isinstance(input, torch.Tensor) and input.is_floating_point() and input.ndim == 2
     check_model_input(input[None] if unbatched_embeds else input, model.cfg.d_model)
@@ -349,6 +349,8 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
                 with torch.inference_mode(), _name_decode_hook_errors(step, kv_cache is not None):
                     logits = _forward_step(model, progress, step, kv_cache)
                     next_tokens = _next_tokens(logits, progress, opts)
+                    if hasattr(model, "agree_on_tokens"):  # a pipeline: the last stage's choice, on every rank
+                        next_tokens = model.agree_on_tokens(next_tokens)
                     if opts.output_logits:
                         progress.logits.append(logits.clone())
                     progress.append(next_tokens, opts.stop_ids)

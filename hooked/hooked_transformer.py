@@ -157,8 +157,15 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
-        given), then processed as TransformerLens does by default.
+        given), then processed as TransformerLens does by default. Under `torchrun`,
+        `pipeline=True` (with `micro_batches=`, `timeout_s=`) gives each rank one stage of
+        blocks and reads only that stage's tensors (`hooked/scale/pipeline.py`).
         """
+        if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
+            args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
+            from hooked.scale.pipeline import from_pretrained_pipeline
+
+            return from_pretrained_pipeline(**args, **from_pretrained_kwargs)
         from loading import load_pretrained
 
         return load_pretrained(cls, **{k: v for k, v in locals().items() if k not in ("cls", "__class__")})
@@ -373,7 +380,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         elif input.is_floating_point():
             embeds = input
         else:
-            tokens = (input[None] if input.ndim == 1 else input).to(self.embed.W_E.device)
+            tokens = (input[None] if input.ndim == 1 else input).to(self.input_device)
             attention_mask = self._infer_mask(tokens, prepend_bos, padding_side, attention_mask, past_kv_cache)
         if tokens is not None:
             check_token_range(tokens, self.cfg.d_vocab, "input" if isinstance(input, torch.Tensor) else "input's tokens")
@@ -449,8 +456,13 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             return None
         return get_attention_mask(self.tokenizer, tokens, bos)
 
+    @property
+    def input_device(self) -> torch.device:
+        """Where tokens, masks and positions of a forward call live (the embedding's device)."""
+        return self.embed.W_E.device
+
     def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
-        device = self.embed.W_E.device
+        device = self.input_device
         if past_kv_cache is not None:
             check_kv_cache(past_kv_cache, self.cfg, batch)
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0

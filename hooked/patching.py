@@ -206,7 +206,7 @@ class _CorruptedPrefix:
         self.attention_mask = None
         layers = sorted({index[0] for index in first_rows if index[0] > 0})
         layers = [l for l in layers if get_act_name(activation_name, layer=l).startswith(f"blocks.{l}.")]
-        if not layers or model.cfg.positional_embedding_type == "shortformer":
+        if not layers or model.cfg.positional_embedding_type == "shortformer" or getattr(model, "is_pipeline", False):
             return
 
         def record(act: torch.Tensor, hook) -> None:

@@ -1,0 +1,1 @@
+"""Running models bigger than one device or one process (accelerate placement, torch.distributed pipelines)."""

@@ -1,0 +1,354 @@
+"""`PipelineTransformer`: one `HookedTransformer` split into contiguous stages over torch.distributed ranks.
+
+SPMD: every rank runs the same script. Rank 0 owns the embedding, the last rank
+`ln_final` and the unembedding, and each rank a contiguous run of blocks; weights a rank
+does not own stay on the `meta` device. A forward call goes:
+
+1. rank 0 tokenizes and embeds, and broadcasts the tokens and mask (every rank builds the
+   same `ForwardState`);
+2. the batch is cut into `micro_batches` slices (GPipe): each stage runs its blocks on a
+   slice and sends the residual `[batch, pos, d_model]` to the next stage, so stages work
+   on different slices at the same time;
+3. all ranks exchange an ok/error flag (a failure anywhere raises the same `PipelineError`
+   on every rank), then the last stage broadcasts the logits (or loss): `model(x)` returns
+   the same tensor on every rank.
+
+Hooks run on the rank that owns their hook point (with micro-batching, once per slice).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.distributed as dist
+from jaxtyping import Float, Int
+
+from components.forward_state import ForwardState
+from hooked.activation_cache import ActivationCache
+from hooked.errors import InputError
+from hooked.hooked_transformer import HookedTransformer, Output
+from hooked.scale.collectives import (
+    PipelineError,
+    agree,
+    broadcast_object,
+    broadcast_tensor,
+    describe,
+    init_group,
+    recv_tensor,
+    send_tensor,
+)
+from hooked.scale.pipeline_grad import RecvGradFromNext, SendGradBack
+from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
+from hooked.scale.stage_loading import Stage, owner_of
+from hooked.scale.stage_model import load_stage
+from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
+from hooked.validation import check_layer
+
+logger = logging.getLogger(__name__)
+
+
+def from_pretrained_pipeline(
+    model_name: str, *, micro_batches: int = 1, timeout_s: float = 300.0, pipeline: bool = True, **kwargs
+) -> PipelineTransformer:
+    """`HookedTransformer.from_pretrained(model_name, pipeline=True, ...)` under torchrun.
+
+    Starts the process group if needed (gloo on CPU, NCCL on GPU, every collective
+    bounded by `timeout_s`), gives this rank its stage, and reads from the checkpoint
+    only that stage's tensors. Ranks that opened different checkpoints fail at once.
+    """
+    rank, world_size, device = init_group(timeout_s)
+    model, error = None, None
+    try:
+        model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
+    except Exception as e:  # reported to every rank, so none waits for the others
+        error = e
+    errors = [None] * world_size
+    dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {error}")
+    if error is not None and len(set(errors)) == 1:
+        raise error  # the same refusal on every rank (e.g. more ranks than blocks): raise it as is
+    agree(error, f"loading {model_name!r}")
+    model.micro_batches = micro_batches
+    fingerprints = [None] * world_size
+    dist.all_gather_object(fingerprints, model.fingerprint)
+    if len(set(fingerprints)) > 1:
+        groups = {fp: [r for r, f in enumerate(fingerprints) if f == fp] for fp in fingerprints}
+        raise PipelineError(
+            f"the ranks loaded different checkpoints (ranks grouped by checkpoint: {list(groups.values())}): "
+            f"give every rank the same files and revision of {model_name!r}"
+        )
+    return model
+
+
+class PipelineTransformer(HookedTransformer):
+    """A `HookedTransformer` whose blocks are spread over the ranks of a process group (see module doc)."""
+
+    is_pipeline = True
+    stage: Stage
+    device: torch.device
+    micro_batches: int = 1
+    fingerprint: str = ""
+    requested_keys: list[str]
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.device
+
+    @property
+    def rank(self) -> int:
+        return self.stage.rank
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(
+        self,
+        input,
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        start_at_layer: int | None = None,
+        tokens: Int[torch.Tensor, "batch pos"] | None = None,
+        shortformer_pos_embed=None,
+        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache=None,
+        *,
+        step: int | None = None,
+        logits_to_keep: int = 0,
+        micro_batches: int | None = None,
+    ):
+        """As `HookedTransformer.forward`, pipelined; a collective: every rank must call it.
+
+        `micro_batches` (default `self.micro_batches`) cuts the batch into that many slices;
+        with a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
+        the stages after that layer stay idle and its owner broadcasts the residual.
+        """
+        if start_at_layer is not None or shortformer_pos_embed is not None:
+            raise InputError("a pipelined model starts from the input: start_at_layer is not supported")
+        stop = self._stop_layer(stop_at_layer)
+        if return_type not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+        if logits_to_keep and return_type in ("loss", "both"):
+            raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
+        if past_kv_cache is not None:
+            self._release_other_stages_kv(past_kv_cache)
+        residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
+        n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
+        slices = _micro_slices(residual_batch(state), n_micro)
+        track = torch.is_grad_enabled() and len(slices) == 1 and stop is None  # gradients cross ranks
+        end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
+        error, result, stage_out = self._run_stages(
+            residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, stop, end_rank
+        )
+        agree(error, "pipelined forward")
+        self.forward_state = state
+        if past_kv_cache is not None and not past_kv_cache.frozen:
+            past_kv_cache.n_forwards += 1
+        if stop is not None:
+            return broadcast_tensor(result, end_rank, self.device)  # [batch, pos, d_model]
+        result = self._share_result(result, return_type)
+        if track and not self.stage.is_last and stage_out is not None and stage_out.requires_grad:
+            if return_type == "both":
+                return Output(result.logits, self._tie_to_stage(result.loss, stage_out))
+            result = self._tie_to_stage(result, stage_out) if result is not None else None
+        return result
+
+    def _tie_to_stage(self, result: torch.Tensor, stage_out: torch.Tensor) -> torch.Tensor:
+        return RecvGradFromNext.apply(result, stage_out, self.rank + 1, self.device)
+
+    def _release_other_stages_kv(self, past_kv_cache) -> None:
+        """A KV cache is built for every layer; on this rank only this stage's layers are ever filled."""
+        for layer, entry in enumerate(past_kv_cache.entries):
+            if layer not in self.stage.layers and entry._keys.shape[1]:
+                entry._keys = entry._keys[:, :0].clone()  # [batch, 0, kv_head, d_head]
+                entry._values = entry._values[:, :0].clone()
+
+    def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step):
+        """Rank 0 embeds; every rank gets the tokens and mask and builds the same `ForwardState`."""
+        residual, info = None, None
+        if self.stage.is_first:
+            try:
+                residual, tokens, _, mask = self.input_to_embed(
+                    input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
+                )
+                batch, n_new = residual.shape[:2]
+                info = dict(batch=batch, n_new=n_new, mask=mask, tokens=tokens)
+            except Exception as e:  # reported to every rank below
+                info, first_error = describe(0, e), e
+        info = broadcast_object(info, 0)
+        if isinstance(info, str):
+            raise PipelineError(f"pipelined forward: {info}") from (first_error if self.stage.is_first else None)
+        if not self.stage.is_first:
+            mask = None if info["mask"] is None else info["mask"].to(self.device)
+            self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
+            self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
+        return residual, self.forward_state
+
+    def _stop_layer(self, stop_at_layer: int | None) -> int | None:
+        if stop_at_layer is None:
+            return None
+        check_layer(stop_at_layer, "stop_at_layer", -self.cfg.n_layers, self.cfg.n_layers)
+        return stop_at_layer + self.cfg.n_layers if stop_at_layer < 0 else stop_at_layer
+
+    def _owner_of_residual(self, stop: int) -> int:
+        """The rank holding the residual that enters block `stop` (the embedding's rank for 0)."""
+        return 0 if stop == 0 else owner_of(f"blocks.{stop - 1}", self.stage.world_size, self.cfg.n_layers)
+
+    def _run_stages(self, residual, state, slices, head_args, track, stop, end_rank):
+        """This rank's part of every micro-batch; returns `(error or None, end stage's result, stage output)`.
+
+        The pipeline ends at `end_rank` (the last rank, or the owner of `stop`'s residual);
+        later ranks stay idle. With `track`, the received residual records a `SendGradBack`
+        node (see pipeline_grad.py).
+        """
+        return_type, loss_per_token, logits_to_keep = head_args
+        if self.rank > end_rank:
+            return None, None, None
+        is_end = self.rank == end_rank
+        error, upstream_failed, outs = None, False, []
+        for sl in slices:
+            x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
+            upstream_failed = upstream_failed or x is None
+            if track and x is not None and not self.stage.is_first:
+                x = SendGradBack.apply(x.requires_grad_(), self.rank - 1, self.device)
+            if error is None and not upstream_failed:
+                try:
+                    x = self._run_blocks(x, _slice_state(state, sl), stop)
+                    if is_end and stop is not None:
+                        outs.append(x)
+                    elif is_end and return_type is not None:
+                        outs.append(self._head(x, logits_to_keep))
+                except Exception as e:
+                    error = e
+            if not is_end:
+                send_tensor(None if (error or upstream_failed) else x, self.rank + 1, self.device)
+        self.forward_state = state
+        result = None
+        if is_end and stop is not None and error is None and not upstream_failed:
+            result = torch.cat(outs)  # [batch, pos, d_model]
+        elif is_end and error is None and not upstream_failed and return_type is not None:
+            try:
+                result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
+            except Exception as e:
+                error = e
+        return error, result, x
+
+    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, stop=None) -> torch.Tensor:
+        self.forward_state = state
+        for layer in self.stage.layers:
+            if stop is not None and layer >= stop:
+                break
+            x = self.blocks[layer](x, state, None)  # [batch, pos, d_model]
+        return x
+
+    def _head(self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int) -> torch.Tensor:
+        if self.cfg.normalization_type is not None:
+            x = self.ln_final(x)
+        return self.unembed(x, logits_to_keep)  # [batch, pos, d_vocab_out]
+
+    def _loss_and_logits(self, logits, state: ForwardState, return_type: str, loss_per_token: bool):
+        if return_type == "logits":
+            return logits
+        tokens = state.tokens
+        if tokens is None:
+            raise ValueError("A loss needs tokens: pass tokens, not embeddings, to a pipelined model")
+        new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
+        loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits, loss)
+
+    def _share_result(self, result, return_type):
+        """Collective: the last stage's logits / loss on every rank."""
+        last = self.stage.world_size - 1
+        if return_type is None:
+            return None
+        if return_type == "both":
+            logits, loss = result if result is not None else (None, None)
+            return Output(broadcast_tensor(logits, last, self.device), broadcast_tensor(loss, last, self.device))
+        return broadcast_tensor(result, last, self.device)
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, *args, **kwargs):
+        """`HookedTransformer.generate`, pipelined (a collective): each stage keeps its blocks' KV cache."""
+        if kwargs.get("return_cache"):
+            raise InputError("generate(return_cache=True) is not supported on a pipelined model: use run_with_cache")
+        return super().generate(*args, **kwargs)
+
+    def agree_on_tokens(self, next_tokens: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
+        """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
+        return broadcast_tensor(next_tokens, self.stage.world_size - 1, self.device)
+
+    # -- caches ------------------------------------------------------------------------------
+    def run_with_cache(
+        self,
+        *model_args,
+        names_filter=None,
+        device=None,
+        remove_batch_dim: bool = False,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        return_cache_object: bool = True,
+        **model_kwargs,
+    ):
+        """Collective. Each activation stays on the rank that computed it; `cache[name]` broadcasts it.
+
+        Every rank must index the cache in the same order (SPMD), since reading an
+        activation is a broadcast from its owner. Micro-batch slices are concatenated.
+        """
+        parts = SliceParts()
+        _, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, parts, pos_slice)
+        with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
+            out = self(*model_args, **model_kwargs)
+            if incl_bwd:
+                if not isinstance(out, torch.Tensor) or out.numel() != 1:
+                    raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
+                out.backward()  # every rank: gradients flow back stage by stage
+        cache_dict = DistributedCacheDict(parts.assemble(), self)
+        if not return_cache_object:
+            return out, cache_dict
+        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        if self.forward_state is not None:
+            cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
+        return out, cache
+
+    def tokens_to_residual_directions(self, tokens):
+        """Collective: the unembedding directions, computed on the last stage and broadcast."""
+        result, error = None, None
+        if self.stage.is_last:
+            try:
+                result = super().tokens_to_residual_directions(tokens)
+            except Exception as e:
+                error = e
+        agree(error, "tokens_to_residual_directions")
+        return broadcast_tensor(result, self.stage.world_size - 1, self.device)
+
+
+def residual_batch(state: ForwardState) -> int:
+    return state.positions.shape[0] if state.attention_mask is None else state.attention_mask.shape[0]
+
+
+def _micro_slices(batch: int, n_micro: int) -> list[slice]:
+    if n_micro < 1:
+        raise InputError(f"micro_batches must be >= 1, got {n_micro}")
+    if batch < n_micro:
+        raise InputError(
+            f"a batch of {batch} cannot be cut into micro_batches={n_micro} slices: pass a batch of at least "
+            f"{n_micro} or fewer micro_batches"
+        )
+    bounds = torch.arange(n_micro + 1) * batch // n_micro
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _slice_state(state: ForwardState, sl: slice) -> ForwardState:
+    """The `ForwardState` of rows `sl` of the batch."""
+    if sl == slice(0, residual_batch(state)):
+        return state
+
+    def rows(t):
+        return None if t is None else (t if t.shape[0] == 1 else t[sl])
+
+    return ForwardState(
+        rows(state.attention_mask), rows(state.positions), state.n_queries, state.n_keys, state.causal,
+        state.step, state.past_kv_cache, rows(state.tokens),
+    )
