@@ -1,4 +1,8 @@
-"""The README's Python examples run as written, in order, on the bundled model."""
+"""The README's Python examples (```python blocks) run as written, in order, on the bundled model.
+
+Blocks fenced ```py illustrate an API on data the repository does not ship (a BERT checkpoint, a
+harvested dataset); the tests of those modules run the same calls on tiny models.
+"""
 
 import re
 from pathlib import Path
