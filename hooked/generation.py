@@ -105,7 +105,7 @@ def prepare_prompt(
     Raw token input without a mask gets `forward`'s pad-id inference (only when the
     padding side resolves to left), else a mask of ones.
     """
-    device = model.embed.W_E.device
+    device = model.input_device
     tokens, embeds, mask = None, None, attention_mask
     unbatched_embeds = isinstance(input, torch.Tensor) and input.is_floating_point() and input.ndim == 2
     check_model_input(input[None] if unbatched_embeds else input, model.cfg.d_model)

@@ -21,6 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
+from hooked.dispatch import execution_device
 from hooked.errors import AttentionMaskError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
@@ -143,12 +144,18 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         dtype="float32",
         first_n_layers=None,
         n_ctx=None,
+        device_map=None,
+        max_memory=None,
+        offload_folder=None,
         **from_pretrained_kwargs,
     ) -> HookedTransformer:
         """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
-        given), then processed as TransformerLens does by default.
+        given), then processed as TransformerLens does by default. `n_devices=N` splits the
+        blocks evenly over N GPUs; `device_map` ("auto" or `{part: device}`), `max_memory`
+        and `offload_folder` have HF's meaning (CPU and disk offload included): each part is
+        then loaded straight to its device or offload file (see hooked/dispatch.py).
         """
         from loading import load_pretrained
 
@@ -359,7 +366,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         elif input.is_floating_point():
             embeds = input
         else:
-            tokens = (input[None] if input.ndim == 1 else input).to(self.embed.W_E.device)
+            tokens = (input[None] if input.ndim == 1 else input).to(self.input_device)
             attention_mask = self._infer_mask(tokens, prepend_bos, padding_side, attention_mask, past_kv_cache)
         if tokens is not None:
             check_token_range(tokens, self.cfg.d_vocab, "input" if isinstance(input, torch.Tensor) else "input's tokens")
@@ -435,8 +442,14 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             return None
         return get_attention_mask(self.tokenizer, tokens, bos)
 
-    def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
+    @property
+    def input_device(self) -> torch.device:
+        """Where the embedding computes: tokens, masks and positions start there (on a split model too)."""
         device = self.embed.W_E.device
+        return device if device.type != "meta" else execution_device(self.embed)
+
+    def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
+        device = self.input_device
         if past_kv_cache is not None:
             check_kv_cache(past_kv_cache, self.cfg, batch)
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0

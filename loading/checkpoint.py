@@ -63,6 +63,11 @@ class SafetensorsStateDict(Mapping):
     def shape_of(self, key: str) -> tuple[int, ...]:
         return tuple(self._where[key][1]["shape"])
 
+    def meta(self, key: str) -> torch.Tensor:
+        """The tensor's shape and dtype on the `meta` device, read from the header alone (no data)."""
+        info = self._where[key][1]
+        return torch.empty(info["shape"], dtype=_DTYPES.get(info["dtype"], torch.uint8), device="meta")
+
     def __contains__(self, key) -> bool:  # Mapping's default would read the tensor to answer
         return key in self._where
 
