@@ -2,8 +2,9 @@
 
 `bench_offload()`: two fresh subprocesses load the same checkpoint, one plainly and one with
 `max_memory={"cpu": weights / 4}` and `offload_folder` (blocks and the unembedding paged in
-from disk per forward). Each reports its peak RSS (`ru_maxrss`) above the RSS after imports,
-its load time and the time of a forward pass; the logits must agree exactly. Goal: offload
+from disk per forward). Each reports its peak RSS (`ru_maxrss`) above its RSS after a warm-up
+load of one block (imports and lazy initialisation are not weights), its load time and the time of
+a forward pass (no grad); the logits must agree exactly. Goal: offload
 peak at most 0.5x the in-memory peak; the slowdown is what paging each block from disk costs.
 
     python benchmarks/scale.py [--layers 28] [--keep DIR]
@@ -58,20 +59,20 @@ for shard, layers in enumerate(shards):  # one file per block keeps this writer'
 """
 
 RUN = """
-import json, resource, sys, tempfile, time
+import gc, json, os, resource, sys, tempfile, time
 import torch
-import accelerate, transformers  # noqa: F401  (imported in both modes: part of the baseline)
 from hooked import HookedTransformer
 peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 path, budget, batch, pos = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 tokens = torch.randint(0, 1000, (batch, pos), generator=torch.Generator().manual_seed(0))
-torch.manual_seed(0)
-base = peak()
+options = dict(max_memory={"cpu": budget}, offload_folder=tempfile.mkdtemp()) if budget else {}
+with torch.no_grad():  # warm-up: one block, the same code path, so lazy imports are not counted as weights
+    HookedTransformer.from_pretrained(path, first_n_layers=1, **options)(tokens)
+gc.collect()
+base = rss()
 start = time.perf_counter()
-if budget:
-    model = HookedTransformer.from_pretrained(path, max_memory={"cpu": budget}, offload_folder=tempfile.mkdtemp())
-else:
-    model = HookedTransformer.from_pretrained(path)
+model = HookedTransformer.from_pretrained(path, **options)
 loaded = time.perf_counter()
 load_peak = peak()
 times = []
@@ -81,17 +82,16 @@ with torch.no_grad():
         logits = model(tokens)
         times.append(time.perf_counter() - t0)
 devices = sorted(set(getattr(model, "hf_device_map", {"": "cpu"}).values()))
-weights = sum(p.numel() for p in model.parameters()) * 4
 print(json.dumps(dict(base=base, load_peak=load_peak - base, peak=peak() - base, load_s=loaded - start,
-                      forward_s=min(times), devices=devices, logits=logits[0, -1, :8].tolist(), weights=weights)))
+                      forward_s=min(times), devices=devices, logits=logits[0, -1, :8].tolist())))
 """
 
 
-def make_checkpoint(path: Path, n_layers: int) -> Path:
+def make_checkpoint(path: Path, n_layers: int, shape: dict | None = None) -> Path:
     """Write a random bfloat16 Llama checkpoint (one safetensors file per block) in a subprocess."""
     path.mkdir(parents=True, exist_ok=True)
     if not (path / "model.safetensors.index.json").exists():
-        _python(MAKE_CHECKPOINT, str(path), str(n_layers), json.dumps(SHAPE))
+        _python(MAKE_CHECKPOINT, str(path), str(n_layers), json.dumps(shape or SHAPE))
     return path
 
 
@@ -105,22 +105,23 @@ def _python(code: str, *args: str) -> str:
     return lines[-1] if lines else ""
 
 
-def weight_bytes(n_layers: int) -> int:
+def weight_bytes(n_layers: int, shape: dict | None = None) -> int:
     """float32 bytes of the model's weights (norm gains folded away do not count)."""
-    d, f, v = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["vocab_size"]
-    kv = d // SHAPE["num_attention_heads"] * SHAPE["num_key_value_heads"]
+    shape = shape or SHAPE
+    d, f, v = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
+    kv = d // shape["num_attention_heads"] * shape["num_key_value_heads"]
     return 4 * (2 * v * d + n_layers * (2 * d * d + 2 * kv * d + 3 * d * f))
 
 
-def bench_offload(checkpoint: Path, n_layers: int, batch: int = 1, pos: int = 128) -> dict:
+def bench_offload(checkpoint: Path, n_layers: int, batch: int = 1, pos: int = 128, shape: dict | None = None) -> dict:
     """In-memory vs disk offload at a quarter of the weights: peak RSS, load and forward time."""
-    budget = weight_bytes(n_layers) // 4
+    budget = weight_bytes(n_layers, shape) // 4
     plain = json.loads(_python(RUN, str(checkpoint), "0", str(batch), str(pos)))
     offload = json.loads(_python(RUN, str(checkpoint), str(budget), str(batch), str(pos)))
     if plain["logits"] != offload["logits"]:
         raise AssertionError(f"offloaded logits differ: {offload['logits']} vs {plain['logits']}")
     return dict(
-        params_m=round(weight_bytes(n_layers) / 4e6),
+        params_m=round(weight_bytes(n_layers, shape) / 4e6),
         max_memory_mib=budget >> 20,
         in_memory_peak_mib=plain["peak"] >> 20,
         offload_peak_mib=offload["peak"] >> 20,

@@ -108,8 +108,6 @@ def _place(
     model: nn.Module, tensors: dict[str, torch.Tensor], plan: Mapping[str, str], folder, index: dict
 ) -> set[str]:
     """Put each tensor on its part's device, or into the offload folder; returns the keys placed."""
-    from hooked.dispatch import require_accelerate
-
     dtype = model.cfg.dtype
     tied = "unembed.W_U" in tensors and "embed.W_E" in tensors and _shares(tensors["embed.W_E"], tensors["unembed.W_U"])
     placed = set()
@@ -120,8 +118,7 @@ def _place(
         module = model.get_submodule(module_name)
         placed.add(key)
         if device == "disk" and leaf not in module._buffers:
-            os.makedirs(folder, exist_ok=True)
-            require_accelerate().utils.offload_weight(tensor.to(dtype).contiguous(), key, folder, index)
+            _offload(tensor.to(dtype), key, folder, index)
             continue
         target = device if device != "disk" else "cpu"
         if tied and key == "unembed.W_U" and model.embed.W_E.device == torch.device(target):
@@ -135,6 +132,23 @@ def _place(
         else:
             module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
     return placed
+
+
+def _offload(tensor: torch.Tensor, key: str, folder, index: dict, chunk_bytes: int = 1 << 24) -> None:
+    """Write `tensor` as accelerate's offload file `<folder>/<key>.dat` (C order) and record it in `index`.
+
+    Written in row chunks with plain file writes: accelerate's `offload_weight` maps the whole
+    file and may copy a non-contiguous tensor first, which would hold up to two more copies in RAM.
+    """
+    os.makedirs(folder, exist_ok=True)
+    kind = "bfloat16" if tensor.dtype == torch.bfloat16 else str(tensor.dtype).removeprefix("torch.")
+    raw = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor  # numpy has no bfloat16
+    index[key] = {"dtype": kind, "shape": list(tensor.shape)}
+    rows = raw.reshape(1) if raw.ndim == 0 else raw
+    step = max(1, chunk_bytes // max(1, rows[0].numel() * rows.element_size()))
+    with open(os.path.join(folder, f"{key}.dat"), "wb") as f:
+        for start in range(0, rows.shape[0], step):
+            f.write(rows[start : start + step].contiguous().numpy().tobytes())
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:

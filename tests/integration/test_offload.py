@@ -8,6 +8,7 @@ weights so that blocks and heads are paged in from `offload_folder` per forward.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,6 @@ import torch
 from tests.acceptance.tiny_models import tiny_hf, tokens
 from tests.helpers import tiny_gpt2
 
-pytest.importorskip("accelerate")  # the `scale` extra; installed in dev
 
 from hooked import HookedTransformer  # noqa: E402
 from hooked.patching import get_act_patch_block_every  # noqa: E402
@@ -183,3 +183,21 @@ def test_two_gpus_split_equals_one_device(tmp_path):
     ] == torch.device("cuda:0")
     kwargs = dict(max_new_tokens=5, do_sample=False, verbose=False, stop_at_eos=False)
     torch.testing.assert_close(split.generate(t, **kwargs), plain.generate(t, **kwargs), atol=0, rtol=0)
+
+
+@pytest.mark.slow
+def test_peak_memory_with_disk_offload_is_at_most_half_of_the_in_memory_load(tmp_path):
+    """Random 38M-parameter Llama, `max_memory` a quarter of its float32 weights, each run in a fresh process.
+
+    The bound: offloaded, memory holds the parts that fit the quarter plus one part being converted,
+    processed and written (the embeddings and unembedding: 2 x 16 MB, or one 15 MB block); in memory,
+    all 152 MB of weights plus loading's transients. The issue's goal is at most 0.5x; we see about 0.2x.
+    """
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scale
+
+    shape = dict(hidden_size=512, intermediate_size=2048, num_attention_heads=8, num_key_value_heads=2, vocab_size=8000)
+    checkpoint = scale.make_checkpoint(tmp_path / "ckpt", 8, shape)
+    result = scale.bench_offload(checkpoint, 8, pos=16, shape=shape)  # raises if the logits differ
+    assert result["offload_devices"] == ["cpu", "disk"]
+    assert result["offload_peak_mib"] <= 0.5 * result["in_memory_peak_mib"], result
