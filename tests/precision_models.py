@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -66,3 +68,46 @@ FAMILIES: dict[str, Callable[..., torch.nn.Module]] = {
     "opt": _classic("opt"),
     "bloom": _classic("bloom_6heads"),
 }
+
+
+def _logprobs(x: torch.Tensor) -> torch.Tensor:
+    return x.double().log_softmax(-1)
+
+
+def precision_rows(family: str, dtypes: list[torch.dtype], tokens: torch.Tensor) -> list[dict]:
+    """Per dtype: max |Δ log_softmax| of hooked vs HF eager, HF eager vs HF SDPA (SPEC's δ_HF), and each vs float32.
+
+    HF loads the saved float32 checkpoint with `from_pretrained(dtype=...)`, as users run it
+    (rotary frequencies stay float32); hooked takes that HF model unprocessed, in that dtype.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from tests.helpers import hooked_from
+
+    hf32 = FAMILIES[family]()
+    with torch.no_grad():
+        fp32 = _logprobs(hf32(tokens).logits)
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        hf32.save_pretrained(directory)
+        for dtype in dtypes:
+            load = lambda impl: AutoModelForCausalLM.from_pretrained(
+                Path(directory), dtype=dtype, attn_implementation=impl
+            )  # noqa: E731
+            hf, hf_sdpa = load("eager").eval(), load("sdpa").eval()
+            ours = hooked_from(hf, dtype=dtype)
+            with torch.no_grad():
+                hf_logits, sdpa_logits, our_logits = hf(tokens).logits, hf_sdpa(tokens).logits, ours(tokens)
+            hf_lp, our_lp = _logprobs(hf_logits), _logprobs(our_logits)
+            rows.append(
+                dict(
+                    family=family,
+                    dtype=str(dtype).removeprefix("torch."),
+                    bitwise=bool(torch.equal(hf_logits, our_logits)),
+                    hooked_vs_hf=(our_lp - hf_lp).abs().max().item(),
+                    hf_eager_vs_sdpa=(_logprobs(sdpa_logits) - hf_lp).abs().max().item(),
+                    hf_vs_fp32=(hf_lp - fp32).abs().max().item(),
+                    hooked_vs_fp32=(our_lp - fp32).abs().max().item(),
+                )
+            )
+    return rows

@@ -201,3 +201,24 @@ def test_peak_memory_with_disk_offload_is_at_most_half_of_the_in_memory_load(tmp
     result = scale.bench_offload(checkpoint, 8, pos=16, shape=shape)  # raises if the logits differ
     assert result["offload_devices"] == ["cpu", "disk"]
     assert result["offload_peak_mib"] <= 0.5 * result["in_memory_peak_mib"], result
+
+
+@pytest.mark.slow
+def test_readme_scaling_out_example_runs_and_offloads_smollm2():
+    """The README's "Scaling out" example, on the bundled SmolLM2: its printed map and cache are as described."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Scaling out") :]
+    block = re.search(r"```py\n(.*?)```", section, flags=re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "README Scaling out", "exec"), namespace)
+    model, cache = namespace["model"], namespace["cache"]
+    devices = [model.hf_device_map[f"blocks.{i}"] for i in range(model.cfg.n_layers)]
+    assert model.hf_device_map["embed"] == "cpu" and devices[0] == "cpu" and devices[-1] == "disk"
+    assert devices == sorted(devices)  # contiguous: cpu blocks first, then disk
+    plain = HookedTransformer.from_pretrained("smollm2-135m")
+    with torch.no_grad():
+        expected, plain_cache = plain.run_with_cache("The Eiffel Tower is in")
+    torch.testing.assert_close(namespace["logits"], expected, **EXACT)
+    torch.testing.assert_close(cache["blocks.29.hook_resid_post"], plain_cache["blocks.29.hook_resid_post"], **EXACT)
