@@ -20,6 +20,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1e}"
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| family | dtype | hooked vs HF | bitwise | HF eager vs SDPA (δ_HF) | HF vs fp32 | hooked vs fp32 |",
@@ -28,7 +32,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         lines.append(
             f"| {r['family']} | {r['dtype']} | {r['hooked_vs_hf']:.1e} | {'yes' if r['bitwise'] else 'no'} "
-            f"| {r['hf_eager_vs_sdpa']:.1e} | {r['hf_vs_fp32']:.1e} | {r['hooked_vs_fp32']:.1e} |"
+            f"| {_cell(r['hf_eager_vs_sdpa'])} | {r['hf_vs_fp32']:.1e} | {r['hooked_vs_fp32']:.1e} |"
         )
     return "\n".join(lines)
 

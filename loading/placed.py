@@ -74,7 +74,9 @@ def load_placed(
         from accelerate.utils import save_offload_index
 
         save_offload_index(index, offload_folder)
-    return dispatch(model, plan, offload_folder, offload_index=index or None)
+    dispatch(model, plan, offload_folder, offload_index=index or None)
+    keep_layouts(model)
+    return model
 
 
 def _single(model, cfg) -> dict[str, str]:
@@ -135,20 +137,44 @@ def _place(
 
 
 def _offload(tensor: torch.Tensor, key: str, folder, index: dict, chunk_bytes: int = 1 << 24) -> None:
-    """Write `tensor` as accelerate's offload file `<folder>/<key>.dat` (C order) and record it in `index`.
+    """Write `tensor` as accelerate's offload file `<folder>/<key>.dat` and record it in `index`.
 
-    Written in row chunks with plain file writes: accelerate's `offload_weight` maps the whole
-    file and may copy a non-contiguous tensor first, which would hold up to two more copies in RAM.
+    A tensor whose memory order is a permutation of its axes (`W_U` vocabulary-major, Q/K/V
+    head-major) is written in that order and its `permutation` recorded, so the paged-in tensor
+    has the same strides, and the matmuls the same summation order, as in the model held in
+    memory. Written in row chunks with plain file writes: no whole-tensor copy or file mapping.
     """
     os.makedirs(folder, exist_ok=True)
+    order = sorted(range(tensor.ndim), key=lambda d: -tensor.stride(d))  # axes from outermost in memory
+    permuted = order != list(range(tensor.ndim)) and tensor.permute(order).is_contiguous()
+    stored = tensor.permute(order) if permuted else tensor
     kind = "bfloat16" if tensor.dtype == torch.bfloat16 else str(tensor.dtype).removeprefix("torch.")
-    raw = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor  # numpy has no bfloat16
-    index[key] = {"dtype": kind, "shape": list(tensor.shape)}
+    raw = stored.view(torch.int16) if tensor.dtype == torch.bfloat16 else stored  # numpy has no bfloat16
+    index[key] = {"dtype": kind, "shape": list(stored.shape), **({"permutation": order} if permuted else {})}
     rows = raw.reshape(1) if raw.ndim == 0 else raw
     step = max(1, chunk_bytes // max(1, rows[0].numel() * rows.element_size()))
     with open(os.path.join(folder, f"{key}.dat"), "wb") as f:
         for start in range(0, rows.shape[0], step):
             f.write(rows[start : start + step].contiguous().numpy().tobytes())
+
+
+def keep_layouts(model: nn.Module) -> None:
+    """Make the model's offload loader return `permutation` entries as the permuted views they were."""
+    from accelerate.utils import OffloadedWeightsLoader
+
+    class LayoutLoader(OffloadedWeightsLoader):
+        def __getitem__(self, key: str) -> torch.Tensor:
+            tensor = super().__getitem__(key)
+            order = self.index.get(key, {}).get("permutation")
+            if order is None:
+                return tensor
+            inverse = sorted(range(len(order)), key=order.__getitem__)
+            return tensor.permute(inverse)
+
+    for module in model.modules():
+        loader = getattr(getattr(getattr(module, "_hf_hook", None), "weights_map", None), "dataset", None)
+        if isinstance(loader, OffloadedWeightsLoader) and not isinstance(loader, LayoutLoader):
+            loader.__class__ = LayoutLoader
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
