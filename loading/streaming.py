@@ -107,6 +107,7 @@ def iter_processed_parts(
 def _process(sd: dict[str, torch.Tensor], cfg, steps: list[str], part: Part) -> dict[str, torch.Tensor]:
     from hooked.weight_processing import _PRE, apply_step
 
+    cfg.dtype = torch.float32  # processing stores float32; the placement casts once (as process_state_dict)
     for step in steps:
         sd = apply_step(sd, cfg, step)
         if step == "fold_ln":  # what convert_norms_to_pre does to the model's config

@@ -89,7 +89,8 @@ def precision_rows(family: str, dtypes: list[torch.dtype], tokens: torch.Tensor)
     """Per dtype: max |Δ log_softmax| of hooked vs HF eager, HF eager vs HF SDPA (SPEC's δ_HF), and each vs float32.
 
     HF loads the saved float32 checkpoint with `from_pretrained(dtype=...)`, as users run it
-    (rotary frequencies stay float32); hooked takes that HF model unprocessed, in that dtype.
+    (rotary frequencies stay float32); hooked takes that HF model unprocessed, in that dtype, with
+    eager attention as HF's (hooked's default SDPA path is compared with HF's SDPA by δ_HF's size).
     """
     from transformers import AutoModelForCausalLM
 
@@ -105,6 +106,7 @@ def precision_rows(family: str, dtypes: list[torch.dtype], tokens: torch.Tensor)
             hf = AutoModelForCausalLM.from_pretrained(Path(directory), dtype=dtype, attn_implementation="eager").eval()
             sdpa = _sdpa_logits(Path(directory), dtype, tokens)  # None: HF has no SDPA path for the family
             ours = hooked_from(hf, dtype=dtype)
+            ours.cfg.attn_implementation = "eager"  # the same attention path as the HF reference
             with torch.no_grad():
                 hf_logits, our_logits = hf(tokens).logits, ours(tokens)
             hf_lp, our_lp = _logprobs(hf_logits), _logprobs(our_logits)
