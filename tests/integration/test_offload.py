@@ -223,3 +223,15 @@ def test_readme_scaling_out_example_runs_and_offloads_smollm2():
         expected, plain_cache = plain.run_with_cache("The Eiffel Tower is in")
     torch.testing.assert_close(namespace["logits"], expected, **EXACT)
     torch.testing.assert_close(cache["blocks.29.hook_resid_post"], plain_cache["blocks.29.hook_resid_post"], **EXACT)
+
+
+def test_an_in_memory_hf_model_offloads_without_being_written(tmp_path):
+    hf = tiny_hf("Llama", num_key_value_heads=2)
+    before = {k: v.clone() for k, v in hf.state_dict().items()}
+    plain = HookedTransformer.from_pretrained("llama", hf_model=hf)
+    offloaded = HookedTransformer.from_pretrained(
+        "llama", hf_model=hf, max_memory={"cpu": 1}, offload_folder=str(tmp_path)
+    )
+    assert set(offloaded.hf_device_map.values()) == {"disk"}
+    torch.testing.assert_close(offloaded(tokens()), plain(tokens()), **EXACT)
+    assert all(torch.equal(v, before[k]) for k, v in hf.state_dict().items())  # the user's model is untouched
