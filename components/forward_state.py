@@ -7,7 +7,7 @@ Attention masks are built here, per call and lazily, never as an `n_ctx²` buffe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -59,6 +59,27 @@ class ForwardState:
         mask = attention_mask.to(device).long()  # [batch, pos]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [batch, pos]
         return cls(mask, positions, n_queries, n_queries, causal)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ForwardState:
+        """This state with its masks and positions on `device`, made once per call and device.
+
+        Blocks placed on another device (a split or offloaded model) get it from accelerate's
+        input hooks, with their own rotary tables and masks; the KV cache is shared, not moved.
+        """
+        device = torch.device(device)
+        if self.positions.device == device:
+            return self
+        return self.memo(("on", device), lambda: self._copy_to(device, non_blocking))
+
+    def _copy_to(self, device: torch.device, non_blocking: bool) -> ForwardState:
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return replace(
+            self,
+            attention_mask=move(self.attention_mask),
+            positions=move(self.positions),
+            tokens=move(self.tokens),
+            _memo={},
+        )
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """Compute something once per call (rotary tables, masks) and share it across layers."""

@@ -194,6 +194,8 @@ class HookPoint(nn.Module):
                 f"but the activation has shape {tuple(x.shape)}. Return a tensor of the same shape, or None "
                 "after editing the activation in place."
             )
+        if out.dtype == x.dtype and out.device != x.device:  # a split model: patches move to the layer's device
+            return out.to(x.device)
         if out.dtype != x.dtype or out.device != x.device:
             if not self._warned_cast:
                 warnings.warn(

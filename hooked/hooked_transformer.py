@@ -21,6 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
+from hooked.scale.dispatch import execution_device
 from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
 from hooked.processing_mixin import WeightProcessingMixin
@@ -152,14 +153,20 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         dtype="float32",
         first_n_layers=None,
         n_ctx=None,
+        device_map=None,
+        max_memory=None,
+        offload_folder=None,
         **from_pretrained_kwargs,
     ) -> HookedTransformer:
         """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
-        given), then processed as TransformerLens does by default. Under `torchrun`,
-        `pipeline=True` (with `micro_batches=`, `timeout_s=`) gives each rank one stage of
-        blocks and reads only that stage's tensors (`hooked/scale/pipeline.py`).
+        given), then processed as TransformerLens does by default. `n_devices=N` splits the
+        blocks evenly over N GPUs; `device_map` ("auto" or `{part: device}`), `max_memory`
+        and `offload_folder` have HF's meaning (CPU and disk offload included): each part is
+        then loaded straight to its device or offload file (see hooked/scale/dispatch.py). Under
+        `torchrun`, `pipeline=True` (with `micro_batches=`, `timeout_s=`) gives each rank one
+        stage of blocks and reads only that stage's tensors (`hooked/scale/pipeline.py`).
         """
         if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
             args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
@@ -458,8 +465,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
     @property
     def input_device(self) -> torch.device:
-        """Where tokens, masks and positions of a forward call live (the embedding's device)."""
-        return self.embed.W_E.device
+        """Where the embedding computes: tokens, masks and positions start there (on a split model too)."""
+        device = self.embed.W_E.device
+        return device if device.type != "meta" else execution_device(self.embed)
 
     def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
         device = self.input_device

@@ -38,6 +38,8 @@ class HookedTransformerKeyValueCacheEntry:
         values: Float[torch.Tensor, "batch new kv_head d_head"],
     ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_head"]]:
         """Keys and values of all positions (cached + new); stores the new ones unless frozen."""
+        if self._keys.device != keys.device:  # a split model: the entry lives with its layer
+            self._keys, self._values = self._keys.to(keys.device), self._values.to(keys.device)
         if self.frozen:
             return torch.cat([self.past_keys, keys], dim=1), torch.cat([self.past_values, values], dim=1)
         new_len = self.length + keys.shape[1]

@@ -25,6 +25,8 @@ so the two separate only when processing actually makes them differ.
 
 from __future__ import annotations
 
+import copy
+
 import logging
 from typing import Iterable
 
@@ -476,6 +478,16 @@ def _log_untie(step: str, was_tied: bool, sd: StateDict) -> None:
         )
 
 
+def float32_config(cfg: HookedTransformerConfig) -> HookedTransformerConfig:
+    """`cfg` with dtype float32 for processing: a half-precision model's steps all run and store in
+    float32 (a tensor two steps touch, such as `W_U`, is rounded once, when the model takes it)."""
+    if cfg.dtype == torch.float32:
+        return cfg
+    work = copy.copy(cfg)
+    work.dtype = torch.float32
+    return work
+
+
 def process_state_dict(
     model,
     state_dict: StateDict,
@@ -509,12 +521,14 @@ def process_state_dict(
     steps = resolve_steps(cfg, requested)
     if "refactor_factored_attn_matrices" in steps:
         check_refactorable(cfg)  # raise before anything changes
+    work = float32_config(cfg)
     for step in steps:
         was_tied = embeddings_tied(state_dict)
-        state_dict = apply_step(state_dict, cfg, step)
+        state_dict = apply_step(state_dict, work, step)
         if step == "fold_ln":
             convert_norms_to_pre(model)
         cfg.weight_processing = cfg.weight_processing + (step,)
+        work.normalization_type, work.weight_processing = cfg.normalization_type, cfg.weight_processing
         _log_untie(step, was_tied, state_dict)
         logger.debug("Applied weight processing step %s", step)
     return state_dict

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
+from hooked.scale.dispatch import read_weight
 from hooked.factored_matrix import FactoredMatrix
 from hooked.validation import check_token_range
 
@@ -22,29 +23,31 @@ class WeightViewsMixin:
                 f"{name} of a mixture-of-experts model is per expert: read blocks[l].mlp.experts[e].{name}.weight "
                 "(nn.Linear layout, [out, in]); the router is blocks[l].mlp.W_gate.weight [num_experts, d_model]"
             )
-        return torch.stack([getattr(getattr(block, module), name) for block in self.blocks], dim=0)
+        tensors = [read_weight(block, f"{module}.{name}") for block in self.blocks]
+        return torch.stack([t.to(tensors[0].device) for t in tensors], dim=0)  # one device on a split model
 
     @property
     def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
+        return read_weight(self.embed, "W_E")
 
     @property
     def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
         if not hasattr(self, "pos_embed"):
             raise AttributeError(f"W_pos exists only for absolute positions, not {self.cfg.positional_embedding_type!r}")
-        return self.pos_embed.W_pos
+        return read_weight(self.pos_embed, "W_pos")
 
     @property
     def W_E_pos(self) -> Float[torch.Tensor, "d_vocab_plus_n_ctx d_model"]:
-        return torch.cat([self.W_E, self.W_pos], dim=0)
+        W_E = self.W_E
+        return torch.cat([W_E, self.W_pos.to(W_E.device)], dim=0)
 
     @property
     def W_U(self) -> Float[torch.Tensor, "d_model d_vocab_out"]:
-        return self.unembed.W_U
+        return read_weight(self.unembed, "W_U")
 
     @property
     def b_U(self) -> Float[torch.Tensor, "d_vocab_out"]:
-        return self.unembed.b_U
+        return read_weight(self.unembed, "b_U")
 
     W_Q = property(lambda self: self._stack("attn", "W_Q"), doc="[n_layers, n_heads, d_model, d_head]")
     W_K = property(lambda self: self._stack("attn", "W_K"), doc="[n_layers, n_heads, d_model, d_head]")
@@ -97,22 +100,23 @@ class WeightViewsMixin:
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True
     ) -> Float[torch.Tensor, "d_model"]:
         """Sum of the output biases written to the residual stream before `layer` (plus its b_O if mlp_input)."""
-        total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+        total = torch.zeros(self.cfg.d_model, device=self.input_device, dtype=self.cfg.dtype)
         for i in range(layer):
-            total = total + self.blocks[i].attn.b_O
+            total = total + read_weight(self.blocks[i], "attn.b_O").to(total.device)
             if include_mlp_biases and not self.cfg.attn_only:
-                total = total + self.blocks[i].mlp.b_out
+                total = total + read_weight(self.blocks[i], "mlp.b_out").to(total.device)
         if mlp_input:
-            total = total + self.blocks[layer].attn.b_O
+            total = total + read_weight(self.blocks[layer], "attn.b_O").to(total.device)
         return total
 
     def tokens_to_residual_directions(self, tokens) -> Float[torch.Tensor, "... d_model"]:
         """The unembedding direction of each token: `W_U[:, tokens]` with d_model last."""
         if isinstance(tokens, str):
             tokens = self.to_single_token(tokens)
-        tokens = torch.as_tensor(tokens, device=self.W_U.device)
+        W_U = self.W_U  # read once (it may be paged in from an offload file)
+        tokens = torch.as_tensor(tokens, device=W_U.device)
         check_token_range(tokens.reshape(-1), self.cfg.d_vocab_out, "tokens")
-        return self.W_U[:, tokens].movedim(0, -1)
+        return W_U[:, tokens].movedim(0, -1)
 
 
 def _upcast(m: FactoredMatrix) -> FactoredMatrix:

@@ -16,6 +16,7 @@ from loading.checkpoint import (
     load_tokenizer,
     safetensors_files,
 )
+from loading.placed import load_placed, wants_placement
 from loading.registry import get_architecture
 from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype, where_in
 
@@ -36,10 +37,14 @@ def resolve_source(model_name: str, hf_model=None, **hf_kwargs) -> Source:
     """An in-memory HF model, a bundled model name, a `.gguf` file, or a local checkpoint directory."""
     if hf_model is not None:
         path = Path(model_name)
-        return Source(hf_model.config, hf_model.state_dict(), path if path.is_dir() and has_tokenizer(path) else None, True)
+        return Source(
+            hf_model.config, hf_model.state_dict(), path if path.is_dir() and has_tokenizer(path) else None, True
+        )
     directory = _local_directory(model_name, **hf_kwargs)
     files = safetensors_files(directory)
-    return Source(load_hf_config(directory), SafetensorsStateDict(files), directory if has_tokenizer(directory) else None, False)
+    return Source(
+        load_hf_config(directory), SafetensorsStateDict(files), directory if has_tokenizer(directory) else None, False
+    )
 
 
 def _local_directory(model_name: str, **hf_kwargs) -> Path:
@@ -80,6 +85,7 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     from loading.checkpoints import resolve_checkpoint
 
     checkpoints = {k: kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
+    placement = {k: kw.pop(k, None) for k in ("device_map", "max_memory", "offload_folder")}
     hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
     kw.pop("from_pretrained_kwargs", None)
     where, checkpoint_fields = resolve_checkpoint(model_name, **checkpoints, hf_model=hf_model, **hub_kwargs)
@@ -98,7 +104,13 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
         n_devices=kw.pop("n_devices"),
         **checkpoint_fields,
     )
-    protected = frozenset(t.untyped_storage().data_ptr() for t in source.state.values()) if source.shared_with_user else frozenset()
+    if wants_placement(**placement, n_devices=cfg.n_devices):
+        return _load_placed(cls, cfg, source, arch_name, tokenizer, kw, placement)
+    protected = (
+        frozenset(t.untyped_storage().data_ptr() for t in source.state.values())
+        if source.shared_with_user
+        else frozenset()
+    )
     state, tracked = convert_checked(get_architecture(arch_name).weights, source.state, cfg, where_in(source.state))
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
@@ -117,6 +129,30 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     if kw.pop("move_to_device"):
         model.to(cfg.device)
     logger.info("Loaded pretrained model %s into HookedTransformer", model_name)
+    return model
+
+
+def _load_placed(cls, cfg, source: Source, arch_name: str, tokenizer, kw: dict, placement: dict):
+    """`from_pretrained` with a device map or offload: each part converted, processed and placed alone."""
+    if tokenizer is None and source.tokenizer_path is not None:
+        tokenizer = load_tokenizer(source.tokenizer_path)
+    flags = {k: kw.pop(k) for k in ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")}
+    flags["refactor_factored_attn_matrices"] = kw.pop("refactor_factored_attn_matrices")
+    if kw.pop("move_to_device") is False:
+        raise ValueError("move_to_device=False cannot be combined with device_map/max_memory/offload_folder/n_devices")
+    model = load_placed(
+        cls,
+        cfg,
+        source.state,
+        get_architecture(arch_name).weights,
+        where_in(source.state),
+        tokenizer=tokenizer,
+        default_padding_side=kw.pop("default_padding_side"),
+        flags=flags,
+        n_devices=cfg.n_devices,
+        **placement,
+    )
+    logger.info("Loaded pretrained model %s over %s", cfg.model_name, sorted(set(model.hf_device_map.values())))
     return model
 
 
