@@ -92,9 +92,9 @@ def attribution_patch(
     return {n: t.sum(0) for n, t in out.items()} if sum_batch else out
 
 
-def _leaf_hooks():
+def _leaf_hooks(model):
     """Make the embeddings fresh leaves: everything after them needs a gradient, no parameter gets one."""
-    return [(name, lambda act, hook: act.detach().requires_grad_(True)) for name in LEAF_HOOKS]
+    return [(n, lambda act, hook: act.detach().requires_grad_(True)) for n in LEAF_HOOKS if n in model.hook_dict]
 
 
 def _scalar(value) -> torch.Tensor:
@@ -110,7 +110,7 @@ def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
     def capture(act, hook):
         acts[hook.name] = act
 
-    hooks = _leaf_hooks() + [(n, capture) for n in names]
+    hooks = _leaf_hooks(model) + [(n, capture) for n in names]
     if drop_layer is not None:
         hooks += [
             (f"blocks.{drop_layer}.hook_{w}_out", _drop_gradient) for w in ("attn", "mlp") if _has_write(model, w)
