@@ -14,55 +14,79 @@ einsum per receiver hook applies all removed edges at once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
 from jaxtyping import Float, Int
 
 from hooked.circuits.graph import Graph
-from hooked.circuits.nodes import check_pair, collect_sender_outputs, receiver_hooks, sender_hooks, split_inputs
+from hooked.circuits.nodes import check_pair, collect_outputs_and_inputs, receiver_hooks, sender_hooks, split_inputs
 from hooked.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 
 
-def corrupted_values(
-    model, graph: Graph, corrupted, attention_mask=None, ablation: str = "corrupted"
-) -> Float[torch.Tensor, "n_senders batch pos d_model"]:
-    """Senders' replacement outputs: from the `corrupted` run, or their mean over its batch (`ablation="mean"`)."""
+@dataclass
+class Reference:
+    """What edges outside a circuit carry: senders' outputs and receivers' unpatched inputs in the reference run."""
+
+    outputs: Float[torch.Tensor, "n_senders batch pos d_model"]
+    inputs: dict[int, torch.Tensor]  # first receiver of a group -> [batch, pos, d_model]
+
+
+def corrupted_values(model, graph: Graph, corrupted, attention_mask=None, ablation: str = "corrupted") -> Reference:
+    """The reference run: `corrupted` itself, or its mean over the batch (`ablation="mean"`)."""
     if ablation not in ("corrupted", "mean"):
         raise InputError(f"ablation must be 'corrupted' or 'mean', got {ablation!r}")
-    out = collect_sender_outputs(model, graph, corrupted, attention_mask)  # [n_senders, batch, pos, d_model]
-    if ablation == "mean":
-        if attention_mask is None:
-            return out.mean(1, keepdim=True).expand_as(out)
-        w = attention_mask.to(out.device, out.dtype)[None, :, :, None]  # [1, batch, pos, 1]
-        return ((out * w).sum(1, keepdim=True) / w.sum(1, keepdim=True).clamp(min=1)).expand_as(out)
-    return out
+    out, inputs = collect_outputs_and_inputs(model, graph, corrupted, attention_mask)
+    if ablation == "corrupted":
+        return Reference(out, inputs)
+    mean = partial(_batch_mean, mask=attention_mask)
+    return Reference(mean(out, dim=1), {k: mean(v, dim=0) for k, v in inputs.items()})
+
+
+def _batch_mean(x: torch.Tensor, dim: int, mask=None) -> torch.Tensor:
+    """Mean over the batch axis `dim` (real tokens only where `mask` is given), broadcast back."""
+    if mask is None:
+        return x.mean(dim, keepdim=True).expand_as(x)
+    w = mask.to(x.device, x.dtype)[(None,) * dim + (...,)]  # [(1,) batch, pos]
+    w = w.reshape(*w.shape, *([1] * (x.ndim - w.ndim)))
+    return ((x * w).sum(dim, keepdim=True) / w.sum(dim, keepdim=True).clamp(min=1)).expand_as(x)
 
 
 def run_circuit(
     model,
     graph: Graph,
     clean: Int[torch.Tensor, "batch pos"],
-    corrupted_out: Float[torch.Tensor, "n_senders batch pos d_model"],
+    reference: Reference,
     attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
 ) -> Float[torch.Tensor, "batch pos d_vocab"]:
-    """Logits of `clean` with every edge outside `graph.in_graph` patched to `corrupted_out`."""
-    removed = (graph.valid & ~graph.in_graph).to(corrupted_out.dtype)  # [n_senders, n_receivers]
-    diff = torch.zeros_like(corrupted_out)  # out_u(this run) - out_u(corrupted), filled in forward order
-    upstream = graph.n_upstream
+    """Logits of `clean` with every edge outside `graph.in_graph` carrying its `reference` value.
+
+    Each receiver group takes the cheaper of two equal forms, summing over the fewer senders:
+    its input minus the removed edges' differences, or the reference input plus the kept ones'.
+    """
+    kept_all, removed_all = graph.in_graph & graph.valid, graph.valid & ~graph.in_graph
+    diff = torch.zeros_like(reference.outputs)  # out_u(this run) - out_u(reference), filled in forward order
 
     def on_output(first: int, out: torch.Tensor) -> None:
         n = out.shape[2]
-        diff[first : first + n] = out.permute(2, 0, 1, 3) - corrupted_out[first : first + n]
+        diff[first : first + n] = out.permute(2, 0, 1, 3) - reference.outputs[first : first + n]
 
     def on_input(first: int, act: torch.Tensor) -> torch.Tensor | None:
-        n_up, n = upstream[first], act.shape[2]
-        weights = removed[:n_up, first : first + n]  # [n_up, n]
-        if not weights.any():
+        n_up, n = graph.n_upstream[first], act.shape[2]
+        kept, removed = kept_all[:n_up, first : first + n], removed_all[:n_up, first : first + n]  # [n_up, n]
+        use_kept, use_removed = kept.any(1).nonzero()[:, 0], removed.any(1).nonzero()[:, 0]
+        if len(use_removed) == 0:
             return None
-        return act - torch.einsum("sbpd,sn->bpnd", diff[:n_up], weights)  # [batch, pos, n, d_model]
+        if len(use_kept) <= len(use_removed):
+            base = reference.inputs[first][:, :, None].expand_as(act)  # [batch, pos, n, d_model]
+            weights = kept[use_kept].to(diff.dtype)
+            return base + torch.einsum("sbpd,sn->bpnd", diff[use_kept], weights)
+        weights = removed[use_removed].to(diff.dtype)
+        return act - torch.einsum("sbpd,sn->bpnd", diff[use_removed], weights)  # [batch, pos, n, d_model]
 
     hooks = sender_hooks(model, graph, on_output) + receiver_hooks(model, graph, on_input)
     with torch.no_grad(), split_inputs(model):
@@ -79,8 +103,8 @@ def edge_patching(
 ) -> Float[torch.Tensor, "batch pos d_vocab"]:
     """Logits of the circuit `graph` on `clean`, edges outside it from `corrupted` (or its mean)."""
     check_pair(clean, corrupted)
-    corrupted_out = corrupted_values(model, graph, corrupted, attention_mask, ablation)
-    return run_circuit(model, graph, clean, corrupted_out, attention_mask)
+    reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
+    return run_circuit(model, graph, clean, reference, attention_mask)
 
 
 def faithfulness(
@@ -98,13 +122,13 @@ def faithfulness(
     the corrupted run (the empty circuit, with the same `ablation`).
     """
     check_pair(clean, corrupted)
-    corrupted_out = corrupted_values(model, graph, corrupted, attention_mask, ablation)
+    reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
     with torch.no_grad():
         m_clean = float(metric(model(clean, attention_mask=attention_mask)))
         empty = graph.copy()
         empty.in_graph = torch.zeros_like(empty.valid)
-        m_corrupted = float(metric(run_circuit(model, empty, clean, corrupted_out, attention_mask)))
-        m_circuit = float(metric(run_circuit(model, graph, clean, corrupted_out, attention_mask)))
+        m_corrupted = float(metric(run_circuit(model, empty, clean, reference, attention_mask)))
+        m_circuit = float(metric(run_circuit(model, graph, clean, reference, attention_mask)))
     if m_clean == m_corrupted:
         raise InputError("metric(clean) equals metric(corrupted): faithfulness is undefined for this pair")
     return (m_circuit - m_corrupted) / (m_clean - m_corrupted)

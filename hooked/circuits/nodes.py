@@ -86,18 +86,32 @@ def receiver_hooks(model, graph: Graph, fn: ReceiverFn) -> list[tuple[str, Calla
 
 def collect_sender_outputs(model, graph: Graph, tokens, attention_mask=None) -> torch.Tensor:
     """Every sender's output on `tokens`: `[n_senders, batch, pos, d_model]` (no gradient)."""
+    return collect_outputs_and_inputs(model, graph, tokens, attention_mask)[0]
+
+
+def collect_outputs_and_inputs(
+    model, graph: Graph, tokens, attention_mask=None
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """Senders' outputs `[n_senders, batch, pos, d_model]` and each receiver group's input `[batch, pos, d_model]`.
+
+    The inputs are keyed by the group's first receiver index (all receivers of a group read
+    the same residual in an unpatched run).
+    """
     out: list[torch.Tensor | None] = [None]
+    inputs: dict[int, torch.Tensor] = {}
 
     def save(first: int, act: torch.Tensor) -> None:
         if out[0] is None:
             out[0] = act.new_zeros(len(graph.senders), *act.shape[:2], act.shape[-1])
         out[0][first : first + act.shape[2]] = act.detach().permute(2, 0, 1, 3)  # [n, batch, pos, d_model]
 
+    def save_input(first: int, act: torch.Tensor) -> None:
+        inputs[first] = act[:, :, 0].detach().clone()  # [batch, pos, d_model]
+
+    hooks = sender_hooks(model, graph, save) + receiver_hooks(model, graph, save_input)
     with torch.no_grad(), split_inputs(model):
-        model.run_with_hooks(
-            tokens, attention_mask=attention_mask, return_type=None, fwd_hooks=sender_hooks(model, graph, save)
-        )
-    return out[0]
+        model.run_with_hooks(tokens, attention_mask=attention_mask, return_type=None, fwd_hooks=hooks)
+    return out[0], inputs
 
 
 def check_pair(clean: torch.Tensor, corrupted: torch.Tensor) -> None:

@@ -19,7 +19,13 @@ import torch
 from jaxtyping import Float, Int
 
 from hooked.circuits.graph import Graph
-from hooked.circuits.nodes import check_pair, collect_sender_outputs, receiver_hooks, split_inputs
+from hooked.circuits.nodes import (
+    check_pair,
+    collect_outputs_and_inputs,
+    collect_sender_outputs,
+    receiver_hooks,
+    split_inputs,
+)
 from hooked.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
@@ -46,9 +52,8 @@ def path_patching(
     graph = Graph.from_model(model)
     membership = _membership(graph, senders)  # [n_sets, n_senders]
     chosen = _receiver_mask(graph, receivers)  # [n_receivers]
-    clean_out = collect_sender_outputs(model, graph, clean, attention_mask)
+    clean_out, clean_in = collect_outputs_and_inputs(model, graph, clean, attention_mask)
     delta = collect_sender_outputs(model, graph, corrupted, attention_mask) - clean_out  # [n_senders, batch, pos, d]
-    clean_in = _clean_receiver_inputs(model, graph, clean, attention_mask)
     results = []
     for sets in membership.split(sets_per_forward):
         logits = _patched_run(model, graph, clean, attention_mask, sets.to(delta), chosen, delta, clean_in)
@@ -80,20 +85,6 @@ def _receiver_mask(graph: Graph, receivers: Sequence[str]) -> torch.Tensor:
     return mask
 
 
-def _clean_receiver_inputs(model, graph: Graph, clean, attention_mask) -> dict[int, torch.Tensor]:
-    """Each receiver group's clean input `[batch, pos, n, d_model]`, keyed by its first receiver index."""
-    saved: dict[int, torch.Tensor] = {}
-
-    def save(first: int, act: torch.Tensor) -> None:
-        saved[first] = act.detach().clone()
-
-    with torch.no_grad(), split_inputs(model):
-        model.run_with_hooks(
-            clean, attention_mask=attention_mask, return_type=None, fwd_hooks=receiver_hooks(model, graph, save)
-        )
-    return saved
-
-
 def _patched_run(model, graph, clean, attention_mask, sets, chosen, delta, clean_in) -> torch.Tensor:
     k = len(sets)
 
@@ -103,9 +94,9 @@ def _patched_run(model, graph, clean, attention_mask, sets, chosen, delta, clean
         if not selected.any() or n_up == 0:
             return None
         patch = torch.einsum("is,sbpd->ibpd", sets[:, :n_up], delta[:n_up]).flatten(0, 1)  # [k * batch, pos, d_model]
-        base = clean_in[first].repeat(k, 1, 1, 1)  # [k * batch, pos, n, d_model]
+        base = clean_in[first].repeat(k, 1, 1)  # [k * batch, pos, d_model]
         out = act.clone()
-        out[:, :, selected] = base[:, :, selected] + patch[:, :, None]
+        out[:, :, selected] = (base + patch)[:, :, None]
         return out
 
     tokens = clean.repeat(k, 1)
