@@ -83,7 +83,9 @@ def _scoring_hooks(model, graph: Graph, diff: list, scores: torch.Tensor, repeat
             n = upstream[first]
             grad = grad.view(repeats, -1, *grad.shape[1:]).sum(0)  # [batch, pos, n, d_model]
             d = diff[0][:n].to(grad.dtype)  # [n_up, batch, pos, d_model]
-            scores[:n, first : first + grad.shape[2]] += torch.einsum("sbpd,bpnd->sn", d, grad).float()
+            m = grad.shape[2]
+            flat = grad.permute(2, 0, 1, 3).reshape(m, -1)  # [n, batch * pos * d_model]
+            scores[:n, first : first + m] += (d.reshape(n, -1) @ flat.T).float()  # sum over batch, pos, d_model
 
         act.register_hook(accumulate)
 

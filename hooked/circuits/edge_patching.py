@@ -84,13 +84,21 @@ def run_circuit(
         if len(use_kept) <= len(use_removed):
             base = reference.inputs[first][:, :, None].expand_as(act)  # [batch, pos, n, d_model]
             weights = kept[use_kept].to(diff.dtype)
-            return base + torch.einsum("sbpd,sn->bpnd", diff[use_kept], weights)
-        weights = removed[use_removed].to(diff.dtype)
-        return act - torch.einsum("sbpd,sn->bpnd", diff[use_removed], weights)  # [batch, pos, n, d_model]
+            return base + _weighted_sum(diff[use_kept], weights) if len(use_kept) else base.contiguous()
+        return act - _weighted_sum(diff[use_removed], removed[use_removed].to(diff.dtype))
 
     hooks = sender_hooks(model, graph, on_output) + receiver_hooks(model, graph, on_input)
     with torch.no_grad(), split_inputs(model):
         return model.run_with_hooks(clean, attention_mask=attention_mask, fwd_hooks=hooks)
+
+
+def _weighted_sum(
+    diff: Float[torch.Tensor, "s batch pos d_model"], weights: Float[torch.Tensor, "s n"]
+) -> Float[torch.Tensor, "batch pos n d_model"]:
+    """`sum_s weights[s, n] * diff[s]` as one matmul (faster than einsum on CPU)."""
+    s, batch, pos, d_model = diff.shape
+    out = weights.T @ diff.reshape(s, -1)  # [n, batch * pos * d_model]
+    return out.view(-1, batch, pos, d_model).permute(1, 2, 0, 3)  # [batch, pos, n, d_model]
 
 
 def edge_patching(
