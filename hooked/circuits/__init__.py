@@ -9,7 +9,7 @@ exact edge patching and faithfulness, and path patching, on the residual graph o
 
 from hooked.circuits.attribution import attribution_patch
 from hooked.circuits.eap import edge_attribution_patching
-from hooked.circuits.edge_patching import edge_patching, faithfulness
+from hooked.circuits.edge_patching import edge_patching, faithfulness, faithfulness_curve
 from hooked.circuits.graph import Graph
 from hooked.circuits.path_patching import path_patching
 
@@ -19,5 +19,6 @@ __all__ = [
     "edge_attribution_patching",
     "edge_patching",
     "faithfulness",
+    "faithfulness_curve",
     "path_patching",
 ]

@@ -140,3 +140,32 @@ def faithfulness(
     if m_clean == m_corrupted:
         raise InputError("metric(clean) equals metric(corrupted): faithfulness is undefined for this pair")
     return (m_circuit - m_corrupted) / (m_clean - m_corrupted)
+
+
+def faithfulness_curve(
+    model,
+    graph: Graph,
+    clean: Int[torch.Tensor, "batch pos"],
+    corrupted: Int[torch.Tensor, "batch pos"],
+    metric: Metric,
+    sizes: list[int],
+    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+    ablation: str = "corrupted",
+) -> list[tuple[int, float]]:
+    """`(edges kept, faithfulness)` of the top-`k` circuit of `graph`'s scores for each `k` in `sizes`.
+
+    The reference, clean and empty runs are shared, so each size costs one forward.
+    """
+    check_pair(clean, corrupted)
+    reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
+    empty = graph.copy()
+    empty.in_graph = torch.zeros_like(empty.valid)
+    with torch.no_grad():
+        m_clean = float(metric(model(clean, attention_mask=attention_mask)))
+        m_corrupted = float(metric(run_circuit(model, empty, clean, reference, attention_mask)))
+        out = []
+        for k in sizes:
+            circuit = graph.copy().top_k(k)
+            m = float(metric(run_circuit(model, circuit, clean, reference, attention_mask)))
+            out.append((circuit.n_edges, (m - m_corrupted) / (m_clean - m_corrupted)))
+    return out

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hooked.circuits import Graph, edge_patching, faithfulness
+from hooked.circuits import Graph, edge_patching, faithfulness, faithfulness_curve
 from tests.unit.circuits_models import (
     FAMILIES,
     last_token_metric,
@@ -98,3 +98,16 @@ def test_faithfulness_of_full_and_empty_circuits():
     assert faithfulness(model, graph, clean, corrupted, logit_diff) == pytest.approx(1.0, abs=1e-4)
     assert faithfulness(model, empty(graph), clean, corrupted, logit_diff) == pytest.approx(0.0, abs=1e-4)
     assert model.cfg.use_split_qkv_input is False and model.cfg.use_hook_mlp_in is False  # flags restored
+
+
+def test_faithfulness_curve_matches_faithfulness_of_each_circuit():
+    model = make_model("gpt2")
+    clean, corrupted = token_pair()
+    graph = Graph.from_model(model)
+    graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0))
+    curve = faithfulness_curve(model, graph, clean, corrupted, logit_diff, [10, 40, graph.n_total_edges])
+    for (n, f), k in zip(curve, [10, 40, graph.n_total_edges]):
+        circuit = graph.copy().top_k(k)
+        assert n == circuit.n_edges
+        assert f == pytest.approx(faithfulness(model, circuit, clean, corrupted, logit_diff), abs=1e-6)
+    assert curve[-1][1] == pytest.approx(1.0, abs=1e-4)
