@@ -15,6 +15,7 @@ FAMILIES = {
     "neox_parallel": dict(act_fn="gelu", parallel_attn_mlp=True, positional_embedding_type="rotary"),
     "gemma_post_norm": dict(ROTARY, use_normalization_before_and_after=True, n_key_value_heads=1),
     "olmo2_post_norm": dict(ROTARY, post_sublayer_norm=True),
+    "attn_only_shortformer": dict(attn_only=True, positional_embedding_type="shortformer"),
 }
 
 
