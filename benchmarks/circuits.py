@@ -8,8 +8,9 @@ SmolLM2-135M (bundled), a batch of IOI prompts (one template, single-token names
    corrupted reference run, and extrapolated to all edges (stated in the output). The
    ratio is extrapolated exact time / EAP time; the correlation of EAP scores with the
    exact effects on the sampled edges is printed too.
-2. EAP-IG's cost per step is the slope of its time between `--steps` and 2x`--steps`,
-   compared with one plain forward + backward of the model on the same batch.
+2. EAP-IG's cost per step is the slope of its time between `--steps` and 2x`--steps`
+   (one step per forward, `steps_per_forward=1`), compared with one plain forward +
+   backward of the model on the same batch.
 
     python benchmarks/circuits.py [--repeats 3] [--threads N] [--edges 20] [--steps 5] [--batch 6]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from functools import partial
 
 import torch
 from _machine import apply_machine_options, machine_parser
@@ -92,14 +94,17 @@ def main() -> None:
     clean, corrupted, metric = ioi_batch(model, args.batch)
     print(f"smollm2-135m, batch {tuple(clean.shape)}, threads {torch.get_num_threads()}")
 
+    forward_backward(model, clean, metric)  # warm-up
     eap_t, fb_t, ig_t, ig2_t, exact_t = [], [], [], [], []
     for _ in range(args.repeats):
         t, graph = timed(lambda: edge_attribution_patching(model, clean, corrupted, metric))
         eap_t.append(t)
         fb_t.append(timed(lambda: forward_backward(model, clean, metric))[0])
-        ig_t.append(timed(lambda: edge_attribution_patching(model, clean, corrupted, metric, "eap-ig", args.steps))[0])
-        ig2 = timed(lambda: edge_attribution_patching(model, clean, corrupted, metric, "eap-ig", 2 * args.steps))
-        ig2_t.append(ig2[0])
+        for steps, out in ((args.steps, ig_t), (2 * args.steps, ig2_t)):
+            ig = partial(
+                edge_attribution_patching, model, clean, corrupted, metric, "eap-ig", steps, steps_per_forward=1
+            )
+            out.append(timed(ig)[0])
         valid = graph.valid.nonzero().tolist()
         edges = random.Random(1).sample(valid, args.edges)
         per_edge, effects = exact_edges(model, graph, clean, corrupted, metric, edges)

@@ -98,7 +98,7 @@ def _leaf(act: torch.Tensor) -> torch.Tensor:
 
 
 def _eap_scores(model, graph, clean, corrupted_out, metric, attention_mask) -> torch.Tensor:
-    scores = torch.zeros(len(graph.senders), len(graph.receivers))
+    scores = torch.zeros(len(graph.senders), len(graph.receivers), device=corrupted_out.device)
     diff: list = [None]
 
     def save_clean(first: int, out: torch.Tensor) -> None:
@@ -113,12 +113,12 @@ def _eap_scores(model, graph, clean, corrupted_out, metric, attention_mask) -> t
         value = _scalar(metric(model(clean, attention_mask=attention_mask)))
         diff[0] = masked(diff[0] - corrupted_out, attention_mask)
         torch.autograd.grad(value, leaf)
-    return scores
+    return scores.cpu()
 
 
 def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_per_forward) -> torch.Tensor:
-    scores = torch.zeros(len(graph.senders), len(graph.receivers))
     start, delta, diff = diffs
+    scores = torch.zeros(len(graph.senders), len(graph.receivers), device=diff.device)
     alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
     for chunk in alphas.split(steps_per_forward or steps):
         k = len(chunk)
@@ -137,7 +137,7 @@ def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_
             logits = model(tokens, attention_mask=mask)
             value = sum(_scalar(metric(part)) for part in logits.chunk(k))
             torch.autograd.grad(value, leaf)
-    return scores / steps
+    return scores.cpu() / steps
 
 
 def _scalar(value: torch.Tensor) -> torch.Tensor:

@@ -83,9 +83,9 @@ def run_circuit(
             return None
         if len(use_kept) <= len(use_removed):
             base = reference.inputs[first][:, :, None].expand_as(act)  # [batch, pos, n, d_model]
-            weights = kept[use_kept].to(diff.dtype)
+            weights = kept[use_kept].to(diff)
             return base + _weighted_sum(diff[use_kept], weights) if len(use_kept) else base.contiguous()
-        return act - _weighted_sum(diff[use_removed], removed[use_removed].to(diff.dtype))
+        return act - _weighted_sum(diff[use_removed], removed[use_removed].to(diff))
 
     hooks = sender_hooks(model, graph, on_output) + receiver_hooks(model, graph, on_input)
     with torch.no_grad(), split_inputs(model):

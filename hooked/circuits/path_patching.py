@@ -90,7 +90,7 @@ def _patched_run(model, graph, clean, attention_mask, sets, chosen, delta, clean
 
     def on_input(first: int, act: torch.Tensor) -> torch.Tensor | None:
         n_up, n = graph.n_upstream[first], act.shape[2]
-        selected = chosen[first : first + n]
+        selected = chosen[first : first + n].to(act.device)
         if not selected.any() or n_up == 0:
             return None
         patch = torch.einsum("is,sbpd->ibpd", sets[:, :n_up], delta[:n_up]).flatten(0, 1)  # [k * batch, pos, d_model]
