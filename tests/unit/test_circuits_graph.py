@@ -1,0 +1,92 @@
+"""The residual graph: nodes and edges per family, circuit selection, pruning (exact), export."""
+
+import json
+
+import pytest
+import torch
+
+from hooked.circuits import Graph, edge_patching
+from tests.unit.circuits_models import make_model, token_pair
+
+torch.set_num_threads(1)
+
+
+def test_nodes_and_edges_of_a_sequential_model():
+    graph = Graph.from_model(make_model("gpt2"))  # 2 layers, 4 heads
+    assert graph.senders == ["input"] + [f"a0.h{h}" for h in range(4)] + ["m0"] + [f"a1.h{h}" for h in range(4)] + [
+        "m1"
+    ]
+    assert len(graph.receivers) == 2 * (3 * 4 + 1) + 1 and graph.receivers[-1] == "logits"
+    # layer-0 q/k/v read the input (12), m0 input + 4 heads (5), layer-1 q/k/v 6 senders (72), m1 10, logits 11
+    assert graph.n_total_edges == 12 + 5 + 72 + 10 + 11 == graph.n_edges
+    assert graph.valid[graph.sender_index["a0.h2"], graph.receiver_index["m0"]]
+    assert not graph.valid[graph.sender_index["m0"], graph.receiver_index["a0.h1.k"]]
+
+
+def test_parallel_blocks_have_no_edge_from_a_layers_heads_to_its_mlp():
+    graph = Graph.from_model(make_model("neox_parallel"))
+    assert not graph.valid[graph.sender_index["a0.h2"], graph.receiver_index["m0"]]
+    assert graph.valid[graph.sender_index["a0.h2"], graph.receiver_index["m1"]]
+
+
+@pytest.mark.parametrize("family", ["gemma_post_norm", "olmo2_post_norm"])
+def test_post_norm_attention_is_one_sender_per_layer(family):
+    graph = Graph.from_model(make_model(family))
+    assert graph.senders == ["input", "a0", "m0", "a1", "m1"]
+    assert "a1.h3.q" in graph.receiver_index  # heads still receive separately
+
+
+def test_prune_keeps_only_paths_from_input_to_logits():
+    graph = Graph.from_model(make_model("gpt2"))
+    chain = [("input", "a0.h1.v"), ("a0.h1", "a1.h2.q"), ("a1.h2", "logits")]
+    graph.set_edges(chain + [("m0", "logits"), ("input", "a1.h0.k")], prune=True)
+    # m0 has no input edge (it outputs its corrupted value), a1.h0 reaches no logit
+    assert sorted((s, r) for s, r, _ in graph.edges()) == sorted(chain)
+    graph.set_edges([("a0.h1", "a1.h2.q"), ("a1.h2", "logits")], prune=True)
+    assert graph.n_edges == 0
+
+
+def test_pruning_does_not_change_edge_patching():
+    model = make_model("llama_gqa")
+    clean, corrupted = token_pair()
+    graph = Graph.from_model(model)
+    graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0))
+    unpruned = graph.copy().top_k(25, prune=False)
+    pruned = graph.copy().top_k(25)
+    assert pruned.n_edges < unpruned.n_edges == 25
+    torch.testing.assert_close(
+        edge_patching(model, pruned, clean, corrupted),
+        edge_patching(model, unpruned, clean, corrupted),
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+def test_top_k_and_threshold_select_by_absolute_score():
+    graph = Graph.from_model(make_model("gpt2"))
+    graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(1))
+    graph.top_k(graph.n_total_edges, prune=False)
+    assert graph.n_edges == graph.n_total_edges
+    graph.top_k(10, prune=False)
+    kept = graph.scores[graph.in_graph].abs()
+    assert len(kept) == 10 and kept.min() >= graph.scores[graph.valid & ~graph.in_graph].abs().max()
+    graph.threshold(1.5, prune=False)
+    assert (graph.scores[graph.in_graph].abs() >= 1.5).all()
+    assert (graph.scores[graph.valid & ~graph.in_graph].abs() < 1.5).all()
+
+
+def test_json_and_dot_export(tmp_path):
+    graph = Graph.from_model(make_model("gpt2"))
+    graph.scores[graph.valid] = 1.0
+    graph.set_edges([("input", "a0.h1.v"), ("a0.h1", "a1.h2.q"), ("a1.h2", "logits")])
+    data = json.loads(graph.to_json(tmp_path / "g.json"))
+    assert {(e["from"], e["to"]) for e in data["edges"]} == {
+        ("input", "a0.h1.v"),
+        ("a0.h1", "a1.h2.q"),
+        ("a1.h2", "logits"),
+    }
+    assert json.loads((tmp_path / "g.json").read_text()) == data
+    dot = graph.to_dot()
+    assert dot.startswith("digraph") and '"a0.h1" -> "a1.h2" [color=blue label="q"' in dot
+    with pytest.raises(ValueError, match="not upstream"):
+        graph.set_edges([("m1", "a0.h0.q")])
