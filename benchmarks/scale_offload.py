@@ -2,7 +2,7 @@
 
 `bench_offload()`: two fresh subprocesses load the same checkpoint, one plainly and one with
 `max_memory={"cpu": weights / 4}` and `offload_folder` (blocks and the unembedding paged in
-from disk per forward). Each reports its peak RSS (`ru_maxrss`) above its RSS after a warm-up
+from disk per forward). Each reports its peak RSS (`VmHWM`) above its RSS after a warm-up
 load of one block (imports and lazy initialisation are not weights), its load time and the time of
 a forward pass (no grad); the logits must agree exactly. Goal: offload
 peak at most 0.5x the in-memory peak; the slowdown is what paging each block from disk costs.
@@ -62,7 +62,9 @@ RUN = """
 import gc, json, os, resource, sys, tempfile, time
 import torch
 from hooked import HookedTransformer
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child of a large process
+# (pytest late in a run) would report its parent's size.
+peak = lambda: 1024 * int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])
 rss = lambda: int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 path, budget, batch, pos = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 tokens = torch.randint(0, 1000, (batch, pos), generator=torch.Generator().manual_seed(0))

@@ -7,7 +7,7 @@ written to a temporary directory once. Then, each in fresh processes:
 - two ranks (gloo, 127.0.0.1) load it with `pipeline=True` and run the same forward, with
   `micro_batches=1` and with `micro_batches=M`.
 
-Memory is each process's peak RSS (`ru_maxrss`) minus its RSS after imports; the goal is a
+Memory is each process's peak RSS (`VmHWM`) minus its RSS after imports; the goal is a
 per-rank peak of at most 0.6x the single process's. Throughput is tokens per second of the
 forward over `--batch x --pos` tokens (best of `--repeats`).
 
@@ -55,7 +55,7 @@ for micro in args["micro"]:
             model(tokens, **({"micro_batches": micro} if args["pipeline"] else {}))
         best = min(best, time.perf_counter() - start)
     times[micro] = args["batch"] * args["pos"] / best
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = 1024 * int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])  # not ru_maxrss: kept across exec
 print("RESULT " + json.dumps(dict(peak=peak - base, load_s=load_s, tokens_per_s=times)))
 """
 
