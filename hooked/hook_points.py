@@ -261,6 +261,16 @@ class HookedRootModule(nn.Module):
                 self.hook_dict[name] = module
         install_fast_attributes(self)
 
+    # `to` keeps cfg.device / cfg.dtype in step in the models; these shortcuts go through it
+    def cuda(self, device=None):
+        return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def mps(self):
+        return self.to("mps")
+
     def hook_points(self) -> Iterable[HookPoint]:
         return self.hook_dict.values()
 

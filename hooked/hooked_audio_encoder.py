@@ -165,15 +165,6 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
         self.cfg.device, self.cfg.dtype = str(self.device), self.encoder_ln.w.dtype
         return out
 
-    def cuda(self, device=None):
-        return self.to("cuda" if device is None else device)
-
-    def cpu(self):
-        return self.to("cpu")
-
-    def mps(self):
-        return self.to("mps")
-
     @classmethod
     def from_pretrained(
         cls, model_name: str, checkpoint_index=None, checkpoint_value=None, hf_model=None, device: str | None = None,

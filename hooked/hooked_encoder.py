@@ -219,14 +219,6 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
             self.cfg.dtype = dtype
         return super().to(*args, **kwargs)
 
-    def cuda(self, device=None):
-        return self.to(f"cuda:{device}" if isinstance(device, int) else device or "cuda")
-
-    def cpu(self):
-        return self.to("cpu")
-
-    def mps(self):
-        return self.to("mps")
 
 
 def _check_ids(ids: torch.Tensor, n: int, name: str, shape: torch.Size | None = None) -> torch.Tensor:

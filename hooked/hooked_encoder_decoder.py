@@ -245,15 +245,6 @@ class HookedEncoderDecoder(StackedWeights, HookedRootModule):
         self.cfg.device, self.cfg.dtype = str(self.device), self.embed.W_E.dtype
         return out
 
-    def cuda(self, device=None):
-        return self.to("cuda" if device is None else device)
-
-    def cpu(self):
-        return self.to("cpu")
-
-    def mps(self):
-        return self.to("mps")
-
     @classmethod
     def from_pretrained(
         cls, model_name: str, checkpoint_index=None, checkpoint_value=None, hf_model=None, device: str | None = None,

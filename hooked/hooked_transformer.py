@@ -523,15 +523,6 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             self.cfg.dtype = dtype
         return super().to(*args, **kwargs)
 
-    def cuda(self, device=None):
-        return self.to("cuda" if device is None else device)
-
-    def cpu(self):
-        return self.to("cpu")
-
-    def mps(self):
-        return self.to("mps")
-
     def move_model_modules_to_device(self):
         return self.to(self.cfg.device)
 
