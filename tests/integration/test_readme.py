@@ -1,7 +1,8 @@
 """The README's Python examples (```python blocks) run as written, in order, on the bundled model.
 
-Blocks fenced ```py illustrate an API on data the repository does not ship (a BERT checkpoint, a
-harvested dataset); the tests of those modules run the same calls on tiny models.
+Blocks fenced ```py are fragments: they need what the repository does not ship (a BERT checkpoint, a
+harvested dataset) or inputs defined by the reader (a circuit's prompts and metric); the tests of
+those modules run the same calls on tiny models.
 """
 
 import re
