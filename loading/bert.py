@@ -30,23 +30,20 @@ def convert_bert_config(hf) -> dict:
         )
     if getattr(hf, "is_decoder", False):
         raise NotImplementedError("A BERT configured as a decoder (is_decoder=True) is not supported by HookedEncoder")
-    act = ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act)
+    return encoder_config(
+        hf, hf.hidden_size, hf.num_attention_heads, hf.intermediate_size, hf.num_hidden_layers, hf.layer_norm_eps,
+        ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act), "BertForMaskedLM",
+    )  # fmt: skip
+
+
+def encoder_config(hf, d_model: int, n_heads: int, d_mlp: int, n_layers: int, eps: float, act: str, arch: str) -> dict:
+    """The `HookedEncoder` fields of a BERT-style post-LN encoder (learned positions, LayerNorm)."""
     return dict(
-        d_model=hf.hidden_size,
-        d_head=hf.hidden_size // hf.num_attention_heads,
-        n_heads=hf.num_attention_heads,
-        d_mlp=hf.intermediate_size,
-        n_layers=hf.num_hidden_layers,
-        n_ctx=hf.max_position_embeddings,
-        eps=hf.layer_norm_eps,
-        d_vocab=hf.vocab_size,
-        act_fn=act,
-        attention_dir="bidirectional",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        initializer_range=hf.initializer_range,
-        original_architecture="BertForMaskedLM",
-    )
+        d_model=d_model, d_head=d_model // n_heads, n_heads=n_heads, d_mlp=d_mlp, n_layers=n_layers,
+        n_ctx=hf.max_position_embeddings, eps=eps, d_vocab=hf.vocab_size, act_fn=act, attention_dir="bidirectional",
+        normalization_type="LN", positional_embedding_type="standard", initializer_range=hf.initializer_range,
+        original_architecture=arch,
+    )  # fmt: skip
 
 
 def convert_bert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:

@@ -10,6 +10,7 @@ from typing import Mapping
 
 import torch
 
+from loading.bert import encoder_config
 from loading.common import ACT_FN_NAMES, strip_prefix
 from loading.parts import dense_mlp, layer_norm, prefixed, projections
 from loading.registry import register_model_class_architecture
@@ -20,22 +21,7 @@ EPS = 1e-12  # hard-coded in HF's DistilBERT
 
 def convert_distilbert_config(hf) -> dict:
     act = ACT_FN_NAMES.get(hf.activation, hf.activation)
-    return dict(
-        d_model=hf.dim,
-        d_head=hf.dim // hf.n_heads,
-        n_heads=hf.n_heads,
-        d_mlp=hf.hidden_dim,
-        n_layers=hf.n_layers,
-        n_ctx=hf.max_position_embeddings,
-        eps=EPS,
-        d_vocab=hf.vocab_size,
-        act_fn=act,
-        attention_dir="bidirectional",
-        normalization_type="LN",
-        positional_embedding_type="standard",
-        initializer_range=hf.initializer_range,
-        original_architecture="DistilBertForMaskedLM",
-    )
+    return encoder_config(hf, hf.dim, hf.n_heads, hf.hidden_dim, hf.n_layers, EPS, act, "DistilBertForMaskedLM")
 
 
 def convert_distilbert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
