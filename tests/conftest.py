@@ -3,6 +3,9 @@ import torch
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
+# tests/gpu needs a CUDA device: collected where one is visible (`make test-gpu` runs them alone)
+collect_ignore = [] if torch.cuda.is_available() else ["gpu"]
+
 
 @pytest.fixture(scope="session")
 def tokenizer():

@@ -78,34 +78,41 @@ def _sdpa_logits(directory: Path, dtype: torch.dtype, tokens: torch.Tensor) -> t
     from transformers import AutoModelForCausalLM
 
     try:
-        hf = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa").eval()
+        hf = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, attn_implementation="sdpa")
+        hf = hf.to(tokens.device).eval()
     except ValueError:  # e.g. Gemma 2 (soft-capped scores): HF refuses SDPA
         return None
     with torch.no_grad():
         return hf(tokens).logits
 
 
-def precision_rows(family: str, dtypes: list[torch.dtype], tokens: torch.Tensor) -> list[dict]:
+def precision_rows(
+    family: str, dtypes: list[torch.dtype], tokens: torch.Tensor, device: str | torch.device = "cpu"
+) -> list[dict]:
     """Per dtype: max |Δ log_softmax| of hooked vs HF eager, HF eager vs HF SDPA (SPEC's δ_HF), and each vs float32.
 
     HF loads the saved float32 checkpoint with `from_pretrained(dtype=...)`, as users run it
     (rotary frequencies stay float32); hooked takes that HF model unprocessed, in that dtype, with
     eager attention as HF's (hooked's default SDPA path is compared with HF's SDPA by δ_HF's size).
+    Both run on `device` (the checkpoint is built and saved on the CPU).
     """
     from transformers import AutoModelForCausalLM
 
     from tests.helpers import hooked_from
 
     hf32 = FAMILIES[family]()
+    tokens = tokens.to(device)
+    hf32.to(device)
     with torch.no_grad():
         fp32 = _logprobs(hf32(tokens).logits)
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         hf32.save_pretrained(directory)
         for dtype in dtypes:
-            hf = AutoModelForCausalLM.from_pretrained(Path(directory), dtype=dtype, attn_implementation="eager").eval()
+            hf = AutoModelForCausalLM.from_pretrained(Path(directory), dtype=dtype, attn_implementation="eager")
+            hf = hf.to(device).eval()
             sdpa = _sdpa_logits(Path(directory), dtype, tokens)  # None: HF has no SDPA path for the family
-            ours = hooked_from(hf, dtype=dtype)
+            ours = hooked_from(hf, dtype=dtype, device=device)
             ours.cfg.attn_implementation = "eager"  # the same attention path as the HF reference
             with torch.no_grad():
                 hf_logits, our_logits = hf(tokens).logits, ours(tokens)
