@@ -8,6 +8,8 @@ the activation downstream, returning `None` keeps it (in-place edits included).
 
 from __future__ import annotations
 
+import functools
+
 import contextlib
 import difflib
 import logging
@@ -72,6 +74,10 @@ class HookPoint(nn.Module):
         self._fwd_fns: OrderedDict[int, HookFunction] = OrderedDict()
         self._bwd_fns: OrderedDict[int, HookFunction] = OrderedDict()
         self._warned_cast = False
+        # Which forward call a gradient belongs to: a pipeline's micro-batch slices pass through
+        # a hook point in order, but autograd returns their gradients in no fixed order.
+        self.n_forward_calls = 0
+        self.grad_forward_call: int | None = None
 
     # -- adding and removing -------------------------------------------------------
     def add_hook(
@@ -172,10 +178,12 @@ class HookPoint(nn.Module):
                 if out is not None:
                     x = self._check_replacement(out, x, fn)
         if self._bwd_fns and x.requires_grad:
-            x.register_hook(self._run_bwd_hooks)
+            x.register_hook(functools.partial(self._run_bwd_hooks, forward_call=self.n_forward_calls))
+            self.n_forward_calls += 1
         return x
 
-    def _run_bwd_hooks(self, grad: torch.Tensor) -> torch.Tensor:
+    def _run_bwd_hooks(self, grad: torch.Tensor, forward_call: int = 0) -> torch.Tensor:
+        self.grad_forward_call = forward_call
         for fn in list(self._bwd_fns.values()):
             out = fn(grad, hook=self)
             if out is not None:

@@ -53,14 +53,26 @@ class DistributedCacheDict(Mapping):
 
 
 class SliceParts(dict):
-    """A cache that keeps every value a hook stores under a name (one per micro-batch slice)."""
+    """A cache that keeps every value a hook stores under a name (one per micro-batch slice), in slice order.
 
-    def __init__(self):
+    Forward values arrive in slice order. Gradients arrive in autograd's order, so each is
+    placed by the forward call it belongs to (`HookPoint.grad_forward_call`).
+    """
+
+    def __init__(self, hook_dict: dict | None = None):
         super().__init__()
-        self.parts: dict[str, list[torch.Tensor]] = {}
+        self.parts: dict[str, list[tuple[int, torch.Tensor]]] = {}
+        self.hook_dict = hook_dict or {}
 
     def __setitem__(self, name: str, value: torch.Tensor) -> None:
-        self.parts.setdefault(name, []).append(value)
+        values = self.parts.setdefault(name, [])
+        point = self.hook_dict.get(name.removesuffix("_grad")) if name.endswith("_grad") else None
+        order = point.grad_forward_call if point is not None else len(values)
+        values.append((order, value))
 
     def assemble(self) -> dict[str, torch.Tensor]:
-        return {k: v[0] if len(v) == 1 else torch.cat(v, dim=0) for k, v in self.parts.items()}
+        out = {}
+        for name, values in self.parts.items():
+            ordered = [v for _, v in sorted(values, key=lambda item: item[0])]
+            out[name] = ordered[0] if len(ordered) == 1 else torch.cat(ordered, dim=0)  # [batch, ...]
+        return out

@@ -38,7 +38,7 @@ from hooked.scale.collectives import (
     recv_tensor,
     send_tensor,
 )
-from hooked.scale.pipeline_grad import RecvGradFromNext, SendGradBack
+from hooked.scale.pipeline_grad import GradMailbox, RecvGradFromNext, SendGradBack
 from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
 from hooked.scale.stage_loading import Stage, owner_of
 from hooked.scale.stage_model import load_stage
@@ -135,9 +135,9 @@ class PipelineTransformer(HookedTransformer):
         residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
         slices = _micro_slices(residual_batch(state), n_micro)
-        track = torch.is_grad_enabled() and len(slices) == 1 and stop is None  # gradients cross ranks
+        track = torch.is_grad_enabled() and stop is None  # gradients cross ranks
         end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
-        error, result, stage_out = self._run_stages(
+        error, result, stage_outs = self._run_stages(
             residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, stop, end_rank
         )
         agree(error, "pipelined forward")
@@ -147,14 +147,14 @@ class PipelineTransformer(HookedTransformer):
         if stop is not None:
             return broadcast_tensor(result, end_rank, self.device)  # [batch, pos, d_model]
         result = self._share_result(result, return_type)
-        if track and not self.stage.is_last and stage_out is not None and stage_out.requires_grad:
+        if track and not self.stage.is_last and stage_outs and all(out.requires_grad for out in stage_outs):
             if return_type == "both":
-                return Output(result.logits, self._tie_to_stage(result.loss, stage_out))
-            result = self._tie_to_stage(result, stage_out) if result is not None else None
+                return Output(result.logits, self._tie_to_stage(result.loss, stage_outs))
+            result = self._tie_to_stage(result, stage_outs) if result is not None else None
         return result
 
-    def _tie_to_stage(self, result: torch.Tensor, stage_out: torch.Tensor) -> torch.Tensor:
-        return RecvGradFromNext.apply(result, stage_out, self.rank + 1, self.device)
+    def _tie_to_stage(self, result: torch.Tensor, stage_outs: list[torch.Tensor]) -> torch.Tensor:
+        return RecvGradFromNext.apply(result, self.rank + 1, self.device, *stage_outs)
 
     def _release_other_stages_kv(self, past_kv_cache) -> None:
         """A KV cache is built for every layer; on this rank only this stage's layers are ever filled."""
@@ -195,22 +195,23 @@ class PipelineTransformer(HookedTransformer):
         return 0 if stop == 0 else owner_of(f"blocks.{stop - 1}", self.stage.world_size, self.cfg.n_layers)
 
     def _run_stages(self, residual, state, slices, head_args, track, stop, end_rank):
-        """This rank's part of every micro-batch; returns `(error or None, end stage's result, stage output)`.
+        """This rank's part of every micro-batch; returns `(error or None, end stage's result, sent slices)`.
 
         The pipeline ends at `end_rank` (the last rank, or the owner of `stop`'s residual);
-        later ranks stay idle. With `track`, the received residual records a `SendGradBack`
+        later ranks stay idle. With `track`, each received slice records a `SendGradBack`
         node (see pipeline_grad.py).
         """
         return_type, loss_per_token, logits_to_keep = head_args
         if self.rank > end_rank:
-            return None, None, None
+            return None, None, []
         is_end = self.rank == end_rank
-        error, upstream_failed, outs = None, False, []
-        for sl in slices:
+        error, upstream_failed, outs, sent = None, False, [], []
+        mailbox = GradMailbox(len(slices), self.rank - 1, self.device) if track and not self.stage.is_first else None
+        for i, sl in enumerate(slices):
             x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
             upstream_failed = upstream_failed or x is None
-            if track and x is not None and not self.stage.is_first:
-                x = SendGradBack.apply(x.requires_grad_(), self.rank - 1, self.device)
+            if mailbox is not None and x is not None:
+                x = SendGradBack.apply(x.requires_grad_(), mailbox, i)
             if error is None and not upstream_failed:
                 try:
                     x = self._run_blocks(x, _slice_state(state, sl), stop)
@@ -222,6 +223,7 @@ class PipelineTransformer(HookedTransformer):
                     error = e
             if not is_end:
                 send_tensor(None if (error or upstream_failed) else x, self.rank + 1, self.device)
+                sent.append(x)
         self.forward_state = state
         result = None
         if is_end and stop is not None and error is None and not upstream_failed:
@@ -231,7 +233,7 @@ class PipelineTransformer(HookedTransformer):
                 result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
             except Exception as e:
                 error = e
-        return error, result, x
+        return error, result, sent if error is None and not upstream_failed else []
 
     def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, stop=None) -> torch.Tensor:
         self.forward_state = state
@@ -296,7 +298,7 @@ class PipelineTransformer(HookedTransformer):
         Every rank must index the cache in the same order (SPMD), since reading an
         activation is a broadcast from its owner. Micro-batch slices are concatenated.
         """
-        parts = SliceParts()
+        parts = SliceParts(self.hook_dict)
         _, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, parts, pos_slice)
         with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
             out = self(*model_args, **model_kwargs)

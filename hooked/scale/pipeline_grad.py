@@ -1,11 +1,13 @@
 """Gradients across pipeline stages: two autograd functions that carry the residual's gradient back.
 
-Forward, stage r receives its input from r-1 and sends its output to r+1. Backward runs
-the other way: `loss.backward()` on the last rank reaches the tensor it received, whose
-`SendGradBack` node sends the gradient to r-1; on r-1 the returned (broadcast) result is
-tied to its stage output by `RecvGradFromNext`, whose backward receives that gradient and
-continues into r-1's blocks. Every rank calls `backward()` on the same function of the
-same result (SPMD), so each rank's own backward hooks fire with single-process values.
+Forward, stage r receives its input from r-1 and sends its output to r+1, one micro-batch
+slice at a time. Backward runs the other way: `loss.backward()` on the last rank reaches
+the slices it received, whose `SendGradBack` nodes hand their gradients to a `GradMailbox`
+that sends them to r-1 in slice order once all have arrived (autograd visits the slices
+in no fixed order); on r-1 the returned (broadcast) result is tied to every slice's stage
+output by `RecvGradFromNext`, whose backward receives those gradients and continues into
+r-1's blocks. Every rank calls `backward()` on the same function of the same result
+(SPMD), so each rank's own backward hooks fire with single-process values.
 """
 
 from __future__ import annotations
@@ -15,31 +17,47 @@ import torch
 from hooked.scale.collectives import PipelineError, recv_tensor, send_tensor
 
 
+class GradMailbox:
+    """The gradients of one forward's `n` received slices, sent to `prev_rank` in slice order when complete."""
+
+    def __init__(self, n: int, prev_rank: int, device: torch.device):
+        self.grads: list[torch.Tensor | None] = [None] * n
+        self.prev_rank, self.device = prev_rank, device
+
+    def put(self, index: int, grad: torch.Tensor) -> None:
+        self.grads[index] = grad
+        if all(g is not None for g in self.grads):
+            for g in self.grads:
+                send_tensor(g, self.prev_rank, self.device)  # [micro_batch, pos, d_model]
+            self.grads = [None] * len(self.grads)
+
+
 class SendGradBack(torch.autograd.Function):
-    """Identity forward; backward sends the gradient to the previous stage."""
+    """Identity forward on received slice `index`; backward posts its gradient to the mailbox."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, prev_rank: int, device: torch.device) -> torch.Tensor:
-        ctx.prev_rank, ctx.device = prev_rank, device
+    def forward(ctx, x: torch.Tensor, mailbox: GradMailbox, index: int) -> torch.Tensor:
+        ctx.mailbox, ctx.index = mailbox, index
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        send_tensor(grad, ctx.prev_rank, ctx.device)  # [batch, pos, d_model]
+        ctx.mailbox.put(ctx.index, grad)
         return grad, None, None
 
 
 class RecvGradFromNext(torch.autograd.Function):
-    """Forward returns the shared `result`; backward feeds the next stage's gradient into `stage_out`."""
+    """Forward returns the shared `result`; backward feeds the next stage's gradients into each slice's output."""
 
     @staticmethod
-    def forward(ctx, result: torch.Tensor, stage_out: torch.Tensor, next_rank: int, device: torch.device):
-        ctx.next_rank, ctx.device, ctx.dtype = next_rank, device, stage_out.dtype
+    def forward(ctx, result: torch.Tensor, next_rank: int, device: torch.device, *stage_outs: torch.Tensor):
+        ctx.next_rank, ctx.device = next_rank, device
+        ctx.dtypes = [out.dtype for out in stage_outs]
         return result.clone()
 
     @staticmethod
     def backward(ctx, grad_result: torch.Tensor):
-        grad = recv_tensor(ctx.next_rank, ctx.dtype, ctx.device)  # [batch, pos, d_model]
-        if grad is None:
+        grads = [recv_tensor(ctx.next_rank, dtype, ctx.device) for dtype in ctx.dtypes]  # [micro_batch, pos, d_model]
+        if any(g is None for g in grads):
             raise PipelineError(f"rank {ctx.next_rank} sent no gradient")
-        return None, grad, None, None
+        return (None, None, None, *grads)

@@ -68,6 +68,11 @@ def checks(model) -> dict:
     _, grads = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter=lambda n: n in resid_names)
     out["grad_first"], out["grad_last"] = (grads[name + "_grad"] for name in resid_names)
     model.zero_grad(set_to_none=True)
+    _, grads = model.run_with_cache(  # gradients of every micro-batch slice travel back, in slice order
+        toks, return_type="loss", incl_bwd=True, names_filter=lambda n: n in resid_names, **kwargs
+    )
+    out["grad_first_micro"], out["grad_last_micro"] = (grads[name + "_grad"] for name in resid_names)
+    model.zero_grad(set_to_none=True)
     clean, corrupted = toks[:1], prompt_tokens(vocab, batch=1, seed=1)
     _, clean_cache = model.run_with_cache(clean)
     out["patching"] = get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
