@@ -425,7 +425,7 @@ def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> G
     cache = None
     if recorder is not None:
         n_fed = progress.length - 1  # the last sampled token is never fed
-        cache = ActivationCache(recorder.assemble(), model)
+        cache = ActivationCache(model.shared_cache_dict(recorder.assemble()), model)
         cache.attention_mask = progress.mask[:, :n_fed].clone()
         cache.tokens = progress.tokens[:, :n_fed].clone() if progress.prompt.tokens is not None else None
     sequences = progress.sequences().clone()

@@ -8,7 +8,7 @@ configs and state dicts in TransformerLens format.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple, Union
+from typing import Mapping, NamedTuple, Union
 
 import torch
 import torch.nn as nn
@@ -509,6 +509,10 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         if self.forward_state is not None:
             cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
         return out, cache
+
+    def shared_cache_dict(self, local: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+        """The cache of activations this process recorded, as every reader sees it (a pipeline shares it)."""
+        return local
 
     # -- misc --------------------------------------------------------------------------
     @property

@@ -123,7 +123,10 @@ def broadcast_tensor(tensor: torch.Tensor | None, src: int, device: torch.device
     meta = broadcast_object(None if tensor is None else (tuple(tensor.shape), tensor.dtype), src)
     if meta is None:
         raise PipelineError(f"rank {src} has no tensor to broadcast")
-    out = tensor.contiguous() if dist.get_rank() == src else torch.empty(meta[0], dtype=meta[1], device=device)
-    out = out.to(device)
+    if dist.get_rank() == src:
+        out = tensor.to(device)
+        dist.broadcast(out.detach().contiguous(), src)  # only read here: autograd keeps `out`'s own graph
+        return out
+    out = torch.empty(meta[0], dtype=meta[1], device=device)
     dist.broadcast(out, src)
     return out

@@ -269,11 +269,11 @@ class PipelineTransformer(HookedTransformer):
         return broadcast_tensor(result, last, self.device)
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, *args, **kwargs):
-        """`HookedTransformer.generate`, pipelined (a collective): each stage keeps its blocks' KV cache."""
-        if kwargs.get("return_cache"):
-            raise InputError("generate(return_cache=True) is not supported on a pipelined model: use run_with_cache")
-        return super().generate(*args, **kwargs)
+    # `generate` is HookedTransformer's: each call is a collective, each stage keeps its blocks' KV
+    # cache, and with `return_cache=True` each rank records its own hook points at every step.
+    def shared_cache_dict(self, local: dict[str, torch.Tensor]) -> DistributedCacheDict:
+        """Collective: each activation stays on its owner; reading one broadcasts it."""
+        return DistributedCacheDict(local, self)
 
     def agree_on_tokens(self, next_tokens: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
         """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
@@ -306,7 +306,7 @@ class PipelineTransformer(HookedTransformer):
                 if not isinstance(out, torch.Tensor) or out.numel() != 1:
                     raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
                 out.backward()  # every rank: gradients flow back stage by stage
-        cache_dict = DistributedCacheDict(parts.assemble(), self)
+        cache_dict = self.shared_cache_dict(parts.assemble())
         if not return_cache_object:
             return out, cache_dict
         cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)

@@ -78,6 +78,11 @@ def checks(model) -> dict:
     out["patching"] = get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
     prompt = toks[:2, :5]
     out["greedy"] = model.generate(prompt, max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False)
+    recorded = model.generate(prompt, max_new_tokens=4, do_sample=False, stop_at_eos=False, verbose=False,
+                              return_cache=True, names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post", "hook_pattern")))
+    out["generate_cache_resid"] = recorded.cache[f"blocks.{n_layers - 1}.hook_resid_post"]
+    out["generate_cache_pattern"] = recorded.cache["pattern", 0]
+    out["generate_cache_accumulated"] = recorded.cache.accumulated_resid(apply_ln=True)
     out["sampled"] = model.generate(prompt, max_new_tokens=6, do_sample=True, seed=0, stop_at_eos=False, verbose=False)
     out["sampled_no_cache"] = model.generate(
         prompt, max_new_tokens=4, do_sample=True, seed=1, use_past_kv_cache=False, stop_at_eos=False, verbose=False
