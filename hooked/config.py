@@ -13,7 +13,7 @@ import torch
 
 from hooked.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
 
-ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
+ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_bloom", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 
