@@ -50,6 +50,7 @@ class HookedTransformerConfig:
     ungroup_grouped_query_attention: bool = False
     attn_only: bool = False
     parallel_attn_mlp: bool = False
+    parallel_residual_last: bool = False  # parallel block sums (attn_out + mlp_out) + resid_pre, as HF's NeoX/Phi
     gated_mlp: bool = False
     num_experts: int | None = None
     experts_per_token: int | None = None
