@@ -87,7 +87,12 @@ class LayerNormPre(_NormPre):
 
 
 class LayerNorm(LayerNormPre):
-    """LayerNorm: `normalized * w + b`."""
+    """LayerNorm: `normalized * w + b`.
+
+    Unless a hook edits `hook_scale` or `hook_normalized` (or needs their gradient), the output
+    is HF's fused `layer_norm` with the gain and bias inside, rounded once to the input's dtype:
+    bit for bit HF's in bfloat16/float16 too. An edited value takes effect: `edited * w + b`.
+    """
 
     def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
         super().__init__(cfg, length)
@@ -95,7 +100,18 @@ class LayerNorm(LayerNormPre):
         self.b = nn.Parameter(torch.zeros(self.length, dtype=cfg.dtype))
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        return torch.addcmul(self.b, self.normalize(x), self.w)
+        if x.dtype != self.w.dtype or self.hook_scale._bwd_fns or self.hook_normalized._bwd_fns:
+            return torch.addcmul(self.b, self.normalize(x), self.w)  # gradients flow through the hooks
+        if not (self.hook_scale.observed or self.hook_normalized.observed):
+            return self.affine(x)
+        normalized = self.normalize(x)  # the hooks see (and may edit) the normalized input
+        if torch.equal(normalized, self.fused(x.float()).to(x.dtype)):  # unedited: the plain forward's value
+            return self.affine(x)
+        return torch.addcmul(self.b, normalized, self.w)
+
+    def affine(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
+        """`normalized * w + b` in one kernel, as HF's `nn.LayerNorm`: in half precision it rounds once, not 3 times."""
+        return F.layer_norm(x, (x.shape[-1],), self.w, self.b, self.eps)
 
 
 class RMSNormPre(_NormPre):

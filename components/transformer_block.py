@@ -71,6 +71,8 @@ class TransformerBlock(nn.Module):
         if self.cfg.attn_only:
             return self.hook_resid_post(resid_pre + attn_out)
         if self.cfg.parallel_attn_mlp:
+            if self.cfg.parallel_residual_last:  # HF's GPT-NeoX, Phi, GPT-J, Falcon: bit for bit in half precision
+                return self.hook_resid_post(attn_out + self._mlp(resid_pre) + resid_pre)
             return self.hook_resid_post(resid_pre + attn_out + self._mlp(resid_pre))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
         return self.hook_resid_post(resid_mid + self._mlp(resid_mid))

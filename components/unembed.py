@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked.config import HookedTransformerConfig
@@ -56,9 +57,13 @@ class Unembed(nn.Module):
         if skip_early:
             x = x[:, -logits_to_keep:]  # [batch, logits_to_keep, d_model]
         flat = x.reshape(-1, x.shape[-1])  # [batch * pos, d_model]
-        flat_logits = vocab_projection(flat, self.W_U)  # [batch * pos, d_vocab_out]
-        if self._bias_matters():  # a zero bias would cost a full extra pass over the output
-            flat_logits = flat_logits.add_(self.b_U)  # fresh tensor: in place is safe for autograd
+        bias = self._bias_matters()  # a zero bias would cost a full extra pass over the output
+        if bias and flat.dtype in (torch.float16, torch.bfloat16):  # HF's biased Linear: one addmm, one rounding
+            flat_logits = F.linear(flat, self.W_U.T, self.b_U)  # [batch * pos, d_vocab_out]
+        else:
+            flat_logits = vocab_projection(flat, self.W_U)  # [batch * pos, d_vocab_out]
+            if bias:
+                flat_logits = flat_logits.add_(self.b_U)  # fresh tensor: in place is safe for autograd
         logits = self.hook_out(flat_logits.view(*x.shape[:-1], -1))  # [batch, pos, d_vocab_out]
         if logits_to_keep and not skip_early:
             logits = logits[:, -logits_to_keep:]  # [batch, logits_to_keep, d_vocab_out]

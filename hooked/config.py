@@ -13,7 +13,7 @@ import torch
 
 from hooked.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
 
-ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
+ACT_FNS = ("relu", "gelu", "gelu_new", "gelu_fast", "gelu_bloom", "gelu_pytorch_tanh", "silu", "solu", "solu_ln", "xielu")
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 
@@ -50,6 +50,7 @@ class HookedTransformerConfig:
     ungroup_grouped_query_attention: bool = False
     attn_only: bool = False
     parallel_attn_mlp: bool = False
+    parallel_residual_last: bool = False  # parallel block sums (attn_out + mlp_out) + resid_pre, as HF's NeoX/Phi
     gated_mlp: bool = False
     num_experts: int | None = None
     experts_per_token: int | None = None

@@ -7,7 +7,8 @@ fused QKV interleaved per head.
     logits = word_embeddings^T ln_f(x)                          (tied)
 
 `query_key_value` rows are `[head, (q, k, v), d_head]`. Bloom's gelu is the tanh approximation
-(`gelu_fast`). ALiBi needs no position table, so `n_ctx` is only the training length.
+(`gelu_bloom`: `gelu_fast`'s formula in another op order). ALiBi needs no position table, so
+`n_ctx` is only the training length.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def convert_bloom_config(hf: Any) -> dict:
         n_ctx=getattr(hf, "seq_length", None) or 2048,
         d_mlp=4 * hf.hidden_size,
         d_vocab=hf.vocab_size,
-        act_fn="gelu_fast",
+        act_fn="gelu_bloom",
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
         positional_embedding_type="alibi",

@@ -62,6 +62,7 @@ def convert_falcon_config(hf: Any) -> dict:
         rotary_base=rotary_base,
         rotary_scaling=rotary_scaling,
         parallel_attn_mlp=_parallel(hf),
+        parallel_residual_last=True,
         original_architecture="FalconForCausalLM",
         default_prepend_bos=False,
     )

@@ -28,6 +28,7 @@ def convert_gpt_neox_config(hf: Any) -> dict:
         normalization_type="LN",
         **rotary_config(hf, partial_rotary_dim(hf, d_head)),
         parallel_attn_mlp=hf.use_parallel_residual,
+        parallel_residual_last=True,
         default_prepend_bos=False,
         original_architecture="GPTNeoXForCausalLM",
     )

@@ -35,6 +35,7 @@ def convert_gptj_config(hf: Any) -> dict:
         rotary_dim=hf.rotary_dim or d_head,
         rotary_adjacent_pairs=True,
         parallel_attn_mlp=True,
+        parallel_residual_last=True,
         default_prepend_bos=True,
         original_architecture="GPTJForCausalLM",
     )

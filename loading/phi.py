@@ -36,6 +36,7 @@ def convert_phi_config(hf: Any) -> dict:
         normalization_type="LN",
         **rotary_config(hf, partial_rotary_dim(hf, d_head)),
         parallel_attn_mlp=True,
+        parallel_residual_last=True,
         use_qk_norm=hf.qk_layernorm,
         default_prepend_bos=False,
         original_architecture="PhiForCausalLM",

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.slow  # two HF loads per family and dtype
 
 
 #: families whose every op runs in HF's order and dtype: equal to HF bit for bit in bf16 and fp16
-BITWISE = ("llama_gqa", "mistral", "qwen2", "qwen3")
-#: the others in bfloat16 within SPEC's bound; olmo2, gemma2/3, neox, phi, opt and bloom exceed it in bf16
-#: (README "Scaling out" table: 2.9e-2 ... 5.4e-2 against δ_HF 1.6e-2 ... 3.6e-2) and are checked in fp16 only
-WITHIN_BOUND_BF16 = ("gpt2", "mixtral")
+BITWISE = ("llama_gqa", "mistral", "qwen2", "qwen3", "gpt2", "neox", "phi", "opt", "bloom")
+#: the others in bfloat16 within SPEC's bound; olmo2, gemma2/3 exceed it in bf16
+#: (README "Scaling out" table: 3.5e-2 ... 5.2e-2 against δ_HF 2.6e-2 ... 3.6e-2) and are checked in fp16 only
+WITHIN_BOUND_BF16 = ("mixtral",)
 
 
 def _rows(family: str, dtypes: list[torch.dtype]) -> list[dict]:
@@ -31,7 +31,7 @@ def _rows(family: str, dtypes: list[torch.dtype]) -> list[dict]:
 
 
 @pytest.mark.parametrize("family", BITWISE)
-def test_llama_like_families_equal_hf_bitwise_in_half_precision(family):
+def test_bitwise_families_equal_hf_in_half_precision(family):
     for row in _rows(family, [torch.bfloat16, torch.float16]):
         assert row["bitwise"] and row["hooked_vs_hf"] == 0.0, row
 

@@ -72,3 +72,48 @@ def test_backward_hook_on_scale_sees_the_gradient():
     s = (x.detach().pow(2).mean(-1, keepdim=True) + CFG.eps).sqrt()
     ref = -(root.norm.w.detach() * x.detach()).sum(-1, keepdim=True) / s**2
     torch.testing.assert_close(grads[0], ref, atol=1e-5, rtol=1e-5)
+
+
+def _half_layer_norm(dtype):
+    """A LayerNorm in `dtype` with random gain and bias, inside a hookable root."""
+    root = Root(LayerNorm(CFG.replace(dtype=dtype)))
+    with torch.no_grad():
+        root.norm.w.copy_(torch.rand(16) + 0.5)
+        root.norm.b.copy_(torch.rand(16) * 2 - 1)
+    return root
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_layer_norm_is_one_fused_kernel_unless_a_hook_edits_it(dtype):
+    root = _half_layer_norm(dtype)
+    w, b = root.norm.w, root.norm.b
+    x = (torch.randn(2, 5, 16) * 3 + 1).to(dtype)
+    fused = torch.nn.functional.layer_norm(x, (16,), w, b, CFG.eps)  # HF's nn.LayerNorm: one rounding
+    out, cache = root.run_with_cache(x)
+    names = ("norm.hook_scale", "norm.hook_normalized")
+    identity = root.run_with_hooks(x, fwd_hooks=[(n, lambda t, hook: t) for n in names])
+    for result in (root(x), out, identity):
+        torch.testing.assert_close(result, fused, atol=0, rtol=0)
+    normalized = torch.nn.functional.layer_norm(x.float(), (16,), eps=CFG.eps)  # before the gain, cast once
+    torch.testing.assert_close(cache["norm.hook_normalized"], normalized.to(dtype), atol=0, rtol=0)
+
+    def ablate(t, hook):
+        t[..., 0] = 0.0
+
+    edited = cache["norm.hook_normalized"].clone()
+    edited[..., 0] = 0.0
+    ablated = root.run_with_hooks(x, fwd_hooks=[("norm.hook_normalized", ablate)])
+    torch.testing.assert_close(ablated, torch.addcmul(b, edited, w), atol=0, rtol=0)
+    torch.testing.assert_close(ablated[..., 0], b[0].expand(2, 5), atol=0, rtol=0)
+
+
+def test_backward_hook_on_layer_norm_normalized_sees_the_gradient():
+    root = Root(LayerNorm(CFG))
+    with torch.no_grad():
+        root.norm.w.uniform_(0.5, 1.5)
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    grads = []
+    root.add_hook("norm.hook_normalized", lambda g, hook: grads.append(g), dir="bwd")
+    root(x).sum().backward()
+    assert len(grads) == 1  # d(sum(n * w + b)) / dn = w
+    torch.testing.assert_close(grads[0], root.norm.w.detach().expand(2, 3, 16), atol=0, rtol=0)
