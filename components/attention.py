@@ -223,7 +223,14 @@ class Attention(nn.Module):
         return z if valid is None else torch.where(valid, z, 0.0)
 
     def _pattern(self, q, k, dtype: torch.dtype, state: ForwardState) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
-        """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k."""
+        """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k.
+
+        With `cfg.attn_scores_in_fp32` (GPT-J, GPT-Neo) q and k are cast to float32 before their
+        product, as HF's eager attention for those families: `hook_attn_scores` is then float32
+        in a half-precision model (the pattern is still cast back to the model dtype).
+        """
+        if self.cfg.attn_scores_in_fp32:
+            q, k = q.float(), k.float()
         if self.alibi_slopes is not None and not self.cfg.alibi_before_attn_scale:
             scores = self._alibi_scores(q, k, state)
         else:

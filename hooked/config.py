@@ -70,6 +70,7 @@ class HookedTransformerConfig:
     use_qk_norm: bool = False
     attn_sinks: bool = False
     alibi_before_attn_scale: bool = False
+    attn_scores_in_fp32: bool = False  # GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
     qk_norm_per_head: bool = False
