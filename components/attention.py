@@ -166,8 +166,7 @@ class Attention(nn.Module):
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
             cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
-            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
+            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
         if self._use_sdpa():
@@ -179,6 +178,13 @@ class Attention(nn.Module):
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
+        """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere) in float32 with the tables as given, cast back."""
+        adjacent = self.cfg.rotary_adjacent_pairs
+        if self.cfg.rotary_in_fp32 and x.dtype != torch.float32:
+            return apply_rotary(x.float(), cos.float(), sin.float(), adjacent).to(x.dtype)
+        return apply_rotary(x, cos, sin, adjacent)
 
     def _cos_sin(self, state: ForwardState, dtype):
         base, scaling, attention_factor, by_length = self._rope
