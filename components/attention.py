@@ -165,7 +165,8 @@ class Attention(nn.Module):
         if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
-            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
+            table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
+            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
             q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
@@ -180,7 +181,7 @@ class Attention(nn.Module):
         return self._output(z)
 
     def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
-        """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere) in float32 with the tables as given, cast back."""
+        """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere, OLMo) in float32 with the tables as given, cast back."""
         adjacent = self.cfg.rotary_adjacent_pairs
         if self.cfg.rotary_in_fp32 and x.dtype != torch.float32:
             return apply_rotary(x.float(), cos.float(), sin.float(), adjacent).to(x.dtype)
