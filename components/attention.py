@@ -45,13 +45,21 @@ def project(
     x: Float[torch.Tensor, "batch pos d_model"] | Float[torch.Tensor, "batch pos head d_model"],
     W: Float[torch.Tensor, "head d_model d_head"],
     b: Float[torch.Tensor, "head d_head"],
+    bias_after: bool = False,
 ) -> Float[torch.Tensor, "batch pos head d_head"]:
-    """`x @ W[h] + b[h]` for every head h; x is shared by all heads, or has one copy per head."""
+    """`x @ W[h] + b[h]` for every head h; x is shared by all heads, or has one copy per head.
+
+    `bias_after` (Falcon): the product, then the bias added, as two ops, as HF's `FalconLinear`.
+    """
     n_heads, d_model, d_head = W.shape
     if x.ndim == 4:  # split-input mode: [batch, pos, head, d_model]
         return torch.einsum("bphd,hde->bphe", x, W) + b
     # W.transpose(1, 2).reshape(...) is a free view of the head-major storage: [head * d_head, d_model]
-    flat = F.linear(x, W.transpose(1, 2).reshape(n_heads * d_head, d_model), b.reshape(-1))  # [batch, pos, head * d_head]
+    W_flat = W.transpose(1, 2).reshape(n_heads * d_head, d_model)
+    if bias_after:
+        flat = F.linear(x, W_flat) + b.reshape(-1)  # [batch, pos, head * d_head]
+    else:
+        flat = F.linear(x, W_flat, b.reshape(-1))  # [batch, pos, head * d_head]
     return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
 
 
@@ -74,7 +82,7 @@ class Attention(nn.Module):
         self.W_O = nn.Parameter(torch.empty(H, dh, d, dtype=dt))
         self.b_O = nn.Parameter(torch.zeros(d, dtype=dt))
         scale = cfg.attn_scale * (layer + 1 if cfg.scale_attn_by_inverse_layer_idx else 1)
-        self.scale = 1.0 / scale
+        self.scale, self.divisor = 1.0 / scale, scale
         is_local = cfg.attn_types_or_global[layer] == "local"
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
@@ -145,9 +153,10 @@ class Attention(nn.Module):
             state = ForwardState.for_input(*query_input.shape[:2], query_input.device, attention_mask, causal)
         kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
         W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
-        q = self.hook_q(project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
-        k = project(key_input, W_K, b_K)  # [batch, pos, kv_head, d_head]
-        v = project(value_input, W_V, b_V)  # [batch, pos, kv_head, d_head]
+        after = cfg.bias_after_matmul
+        q = self.hook_q(project(query_input, self.W_Q, self.b_Q, after))  # [batch, pos, head, d_head]
+        k = project(key_input, W_K, b_K, after)  # [batch, pos, kv_head, d_head]
+        v = project(value_input, W_V, b_V, after)  # [batch, pos, kv_head, d_head]
         if cfg.ungroup_grouped_query_attention:
             k, v = self.ungroup(k), self.ungroup(v)
         k, v = self.hook_k(k), self.hook_v(v)
@@ -156,9 +165,9 @@ class Attention(nn.Module):
         if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
-            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
-            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
+            table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
+            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
+            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
         if self._use_sdpa():
@@ -170,6 +179,13 @@ class Attention(nn.Module):
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
+        """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere, OLMo) in float32 with the tables as given, cast back."""
+        adjacent = self.cfg.rotary_adjacent_pairs
+        if self.cfg.rotary_in_fp32 and x.dtype != torch.float32:
+            return apply_rotary(x.float(), cos.float(), sin.float(), adjacent).to(x.dtype)
+        return apply_rotary(x, cos, sin, adjacent)
 
     def _cos_sin(self, state: ForwardState, dtype):
         base, scaling, attention_factor, by_length = self._rope
@@ -223,11 +239,19 @@ class Attention(nn.Module):
         return z if valid is None else torch.where(valid, z, 0.0)
 
     def _pattern(self, q, k, dtype: torch.dtype, state: ForwardState) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
-        """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k."""
+        """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k.
+
+        With `cfg.attn_scores_in_fp32` (GPT-J, GPT-Neo) q and k are cast to float32 before their
+        product, as HF's eager attention for those families: `hook_attn_scores` is then float32
+        in a half-precision model (the pattern is still cast back to the model dtype).
+        """
+        if self.cfg.attn_scores_in_fp32:
+            q, k = q.float(), k.float()
         if self.alibi_slopes is not None and not self.cfg.alibi_before_attn_scale:
             scores = self._alibi_scores(q, k, state)
         else:
-            scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [batch, head, q_pos, k_pos]
+            scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, q_pos, k_pos]
+            scores = scores / self.divisor if self.cfg.attn_scale_divides else scores * self.scale
         if self.alibi_slopes is not None and self.cfg.alibi_before_attn_scale:
             scores = scores + alibi_bias(state, self.alibi_slopes, scores.dtype)  # [batch, head, 1, k_pos] bias
         if self.cfg.attn_scores_soft_cap > 0:
@@ -262,7 +286,11 @@ class Attention(nn.Module):
         if self.cfg.use_attn_result:
             result = self.hook_result(torch.einsum("bphe,hed->bphd", z, self.W_O))  # [batch, pos, head, d_model]
             return result.sum(-2) + self.b_O
-        flat = torch.addmm(self.b_O, z.reshape(-1, z.shape[-2] * z.shape[-1]), self.W_O.reshape(-1, self.W_O.shape[-1]))
+        z_flat, W_flat = z.reshape(-1, z.shape[-2] * z.shape[-1]), self.W_O.reshape(-1, self.W_O.shape[-1])
+        if self.cfg.bias_after_matmul:  # Falcon: product, then bias
+            flat = torch.mm(z_flat, W_flat) + self.b_O
+        else:
+            flat = torch.addmm(self.b_O, z_flat, W_flat)
         return flat.view(*z.shape[:2], -1)  # [batch, pos, d_model]
 
 

@@ -14,8 +14,15 @@ from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
 
-def linear(x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_out"], b) -> torch.Tensor:
-    """`x @ W + b` as one fused matmul over all leading axes (`addmm(b, x, W)`, as HF's Linear)."""
+def linear(
+    x: Float[torch.Tensor, "... d_in"], W: Float[torch.Tensor, "d_in d_out"], b, bias_after: bool = False
+) -> torch.Tensor:
+    """`x @ W + b` as one fused matmul over all leading axes (`addmm(b, x, W)`, as HF's Linear).
+
+    `bias_after` (Falcon's `FalconLinear`): the product, then the bias added, as two ops.
+    """
+    if bias_after:
+        return torch.matmul(x, W) + b
     return F.linear(x, W.t(), b)
 
 
@@ -34,20 +41,21 @@ class MLP(nn.Module):
         self.act_fn = XIELU(dtype=dt) if cfg.act_fn == "xielu" else get_activation(cfg.act_fn)
         self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
         self.hook_post = HookPoint()  # [batch, pos, d_mlp]
+        self.bias_after = cfg.bias_after_matmul
         if cfg.act_fn == "solu_ln":
             self.hook_mid = HookPoint()  # [batch, pos, d_mlp]
             folded = cfg.normalization_type in ("LNPre", "RMSPre")  # fold_ln folds mlp.ln too
             self.ln = (LayerNormPre if folded else LayerNorm)(cfg, dm)
 
     def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
-        pre = self.hook_pre(linear(x, self.W_in, self.b_in))
+        pre = self.hook_pre(linear(x, self.W_in, self.b_in, self.bias_after))
         if hasattr(self, "ln"):  # solu_ln: normalize the SoLU output
             return self.ln(self.hook_mid(self.act_fn(pre)))
         return self.act_fn(pre)
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         post = self.hook_post(self.activate(x))  # [batch, pos, d_mlp]
-        return linear(post, self.W_out, self.b_out)
+        return linear(post, self.W_out, self.b_out, self.bias_after)
 
 
 class GatedMLP(MLP):
@@ -64,5 +72,5 @@ class GatedMLP(MLP):
         self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp]
 
     def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
-        gate = self.hook_pre(linear(x, self.W_gate, self.b_gate))
-        return self.act_fn(gate) * self.hook_pre_linear(linear(x, self.W_in, self.b_in))
+        gate = self.hook_pre(linear(x, self.W_gate, self.b_gate, self.bias_after))
+        return self.act_fn(gate) * self.hook_pre_linear(linear(x, self.W_in, self.b_in, self.bias_after))

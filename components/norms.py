@@ -114,6 +114,41 @@ class LayerNorm(LayerNormPre):
         return F.layer_norm(x, (x.shape[-1],), self.w, self.b, self.eps)
 
 
+def centred_statistics(x32: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(x - mean, mean((x - mean)^2))` as two plain means, the order of HF's hand-written LayerNorms (Cohere)."""
+    centred = x32 - x32.mean(-1, keepdim=True)
+    return centred, centred.pow(2).mean(-1, keepdim=True)
+
+
+def gain_first_layer_norm(norm: _NormPre, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`(n32 * w + b).to(dtype)`: the float32 normalized input times the gain (plus bias), cast once.
+
+    `hook_normalized` sees the cast normalized input; unless a hook edits it, the float32 value is used.
+    """
+    n32 = _normalize(norm.hook_scale, *centred_statistics(x.float()), norm.eps)
+    if norm.hook_normalized.observed:
+        cast = n32.to(x.dtype)
+        before = cast.clone()
+        hooked = norm.hook_normalized(cast)
+        if not (hooked is cast and torch.equal(before, cast)):
+            n32 = hooked.float()
+    return (w.float() * n32 + b.float()).to(x.dtype)
+
+
+class LayerNormGainFirst(LayerNorm):
+    """LayerNorm as HF's Cohere computes it below float32: `(w * n32 + b).to(dtype)`.
+
+    The mean and variance are two plain means (`centred_statistics`) and the gain multiplies
+    the float32 normalized input before the cast, so bfloat16/float16 match HF bit for bit.
+    In float32 (where the two orders agree to rounding) it is the fused `LayerNorm`.
+    """
+
+    def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
+        if x.dtype == torch.float32:
+            return super().forward(x)
+        return gain_first_layer_norm(self, x, self.w, self.b)
+
+
 class RMSNormPre(_NormPre):
     """Divide by the root mean square over the last axis; no parameters."""
 
@@ -165,4 +200,6 @@ def make_norm(cfg: HookedTransformerConfig, kind: str | None = None, length: int
         return nn.Identity()
     if kind == "RMS" and cfg.norm_gain_in_fp32:
         return RMSNormGainFirst(cfg, length)
+    if kind == "LN" and cfg.norm_gain_in_fp32:  # Cohere
+        return LayerNormGainFirst(cfg, length)
     return NORMS[kind](cfg, length)

@@ -16,25 +16,49 @@ import torch
 from jaxtyping import Float
 
 import torch.nn as nn
+import torch.nn.functional as F
 
-from components.norms import LayerNorm, LayerNormPre, RMSNorm, make_norm
+from components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
 from hooked.config import HookedTransformerConfig
 
 
 class PerHeadLayerNorm(LayerNormPre):
-    """LayerNorm over `d_head` with separate weights per head: `normalized * w[h] + b[h]`."""
+    """LayerNorm over `d_head` with separate weights per head: `normalized * w[h] + b[h]`.
+
+    In half precision, unless a hook edits the normalized input, each head runs HF's fused
+    `layer_norm` with its own gain and bias (as StableLM's `StableLmLayerNormPerHead`), which
+    rounds once; float32 keeps the single `addcmul` over all heads. With `cfg.norm_gain_in_fp32`
+    (Cohere) half precision computes HF's hand-written float32 LayerNorm instead.
+    """
 
     def __init__(self, cfg: HookedTransformerConfig, n_heads: int):
         super().__init__(cfg, cfg.d_head)
         self.w = nn.Parameter(torch.ones(n_heads, cfg.d_head, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(n_heads, cfg.d_head, dtype=cfg.dtype))
+        self.gain_first = cfg.norm_gain_in_fp32  # Cohere: (w * n32 + b).to(dtype), HF's hand-written LayerNorm
 
     def forward(self, x: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch pos head d_head"]:
         w, b = self.w, self.b  # [head, d_head]
         if x.shape[-2] != w.shape[0]:  # keys ungrouped to n_heads: each K/V head's weights serve its group
             repeats = x.shape[-2] // w.shape[0]
             w, b = w.repeat_interleave(repeats, dim=0), b.repeat_interleave(repeats, dim=0)
-        return torch.addcmul(b, self.normalize(x), w)
+        if self.gain_first and x.dtype != torch.float32 and not self._needs_grad_hooks():
+            return gain_first_layer_norm(self, x, w, b)
+        fused = x.dtype != torch.float32 and x.dtype == w.dtype and not self._needs_grad_hooks()
+        if fused and not (self.hook_scale.observed or self.hook_normalized.observed):
+            return self.affine(x, w, b)
+        normalized = self.normalize(x)  # the hooks see (and may edit) the normalized input
+        if fused and torch.equal(normalized, self.fused(x.float()).to(x.dtype)):  # unedited
+            return self.affine(x, w, b)
+        return torch.addcmul(b, normalized, w)
+
+    def _needs_grad_hooks(self) -> bool:
+        return bool(self.hook_scale._bwd_fns or self.hook_normalized._bwd_fns)
+
+    def affine(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """One fused `layer_norm` per head with that head's gain and bias: [batch, pos, head, d_head]."""
+        shape = (x.shape[-1],)
+        return torch.stack([F.layer_norm(x[..., h, :], shape, w[h], b[h], self.eps) for h in range(x.shape[-2])], -2)
 
 
 def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> nn.Module:

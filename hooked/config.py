@@ -70,6 +70,11 @@ class HookedTransformerConfig:
     use_qk_norm: bool = False
     attn_sinks: bool = False
     alibi_before_attn_scale: bool = False
+    bias_after_matmul: bool = False  # Falcon's FalconLinear: `x @ W + b` as two ops (two roundings below fp32)
+    attn_scale_divides: bool = False  # Falcon: scores / attn_scale (not * 1/attn_scale), as HF
+    attn_scores_in_fp32: bool = False
+    rotary_in_fp32: bool = False  # Cohere, OLMo: q/k rotated in float32, then cast back (as HF)
+    rotary_tables_in_fp32: bool = False  # OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)  # GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
     qk_norm_per_head: bool = False

@@ -33,6 +33,8 @@ def convert_cohere_config(hf: Any) -> dict:
         use_qk_norm=bool(hf.use_qk_norm),
         qk_norm_per_head=bool(hf.use_qk_norm),
         logit_scale=hf.logit_scale,
+        norm_gain_in_fp32=True,  # CohereLayerNorm: (w * n32).to(dtype), two plain means
+        rotary_in_fp32=True,  # HF rotates q.float(), k.float() with the dtype's cos/sin, then casts back
         default_prepend_bos=True,
     )
 

@@ -62,6 +62,8 @@ def convert_falcon_config(hf: Any) -> dict:
         rotary_base=rotary_base,
         rotary_scaling=rotary_scaling,
         parallel_attn_mlp=_parallel(hf),
+        bias_after_matmul=True,  # FalconLinear: x @ W.T, then + bias
+        attn_scale_divides=not hf.alibi,  # rotary: scores /= sqrt(d_head); ALiBi: *= 1/sqrt(d_head) in fp32
         parallel_residual_last=True,
         original_architecture="FalconForCausalLM",
         default_prepend_bos=False,

@@ -38,6 +38,7 @@ def convert_gpt_neo_config(hf: Any) -> dict:
         use_attn_scale=False,
         **local,
         default_prepend_bos=True,
+        attn_scores_in_fp32=True,  # HF: matmul(q.float(), k.float()) in every dtype
         original_architecture="GPTNeoForCausalLM",
     )
 

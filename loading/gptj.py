@@ -37,6 +37,7 @@ def convert_gptj_config(hf: Any) -> dict:
         parallel_attn_mlp=True,
         parallel_residual_last=True,
         default_prepend_bos=True,
+        attn_scores_in_fp32=True,  # HF: matmul(q.float(), k.float()) in every dtype
         original_architecture="GPTJForCausalLM",
     )
 

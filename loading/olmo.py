@@ -36,6 +36,8 @@ def convert_olmo_config(hf: Any) -> dict:
         normalization_type="LNPre",
         eps=1e-5,  # OlmoLayerNorm's fixed eps
         clip_qkv=hf.clip_qkv,
+        rotary_in_fp32=True,  # HF's OLMo-1 keeps cos/sin in float32: q * cos promotes, then casts back
+        rotary_tables_in_fp32=True,
         default_prepend_bos=True,
     )
 

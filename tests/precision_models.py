@@ -52,6 +52,36 @@ def _moe(name: str) -> Callable:
     return build
 
 
+PHI3 = dict(
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    original_max_position_embeddings=16,
+    rope_parameters=dict(
+        rope_type="longrope",
+        rope_theta=1e4,
+        partial_rotary_factor=0.5,
+        short_factor=[1.0, 1.3, 2.0, 3.0],
+        long_factor=[2.0, 3.0, 5.0, 9.0],
+    ),
+)
+GRANITE = dict(
+    num_key_value_heads=2,
+    tie_word_embeddings=True,
+    embedding_multiplier=3.0,
+    attention_multiplier=0.3,
+    residual_multiplier=0.5,
+    logits_scaling=4.0,
+)
+OLMO3 = dict(
+    num_key_value_heads=2,
+    sliding_window=4,
+    layer_types=["sliding_attention", "full_attention"],
+    rope_parameters=dict(
+        sliding_attention=dict(rope_type="default", rope_theta=1e4),
+        full_attention=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8, rope_theta=5e5),
+    ),
+)
+
 #: family -> builder of a tiny random HF model (eager attention, float32)
 FAMILIES: dict[str, Callable[..., torch.nn.Module]] = {
     "gpt2": _gpt2,
@@ -67,6 +97,27 @@ FAMILIES: dict[str, Callable[..., torch.nn.Module]] = {
     "phi": _classic("phi_rot05"),
     "opt": _classic("opt"),
     "bloom": _classic("bloom_6heads"),
+    "gptj": _classic("gptj_rotary8of16"),
+    "gpt_neo": _classic("gpt_neo_window4"),
+    "stablelm_qk_norm": _classic("stablelm_qk_norm_gqa"),
+    "stablelm_parallel": _classic("stablelm_parallel"),
+    "bigcode": _classic("bigcode_mqa"),
+    "starcoder2": _classic("starcoder2_gqa_window5"),
+    "falcon_new_arch": _modern("Falcon", new_decoder_architecture=True, num_kv_heads=2, bias=True),
+    "falcon_multi_query": _modern("Falcon", multi_query=True, parallel_attn=True, bias=True),
+    "cohere": _modern("Cohere", num_key_value_heads=2, use_qk_norm=True, logit_scale=0.5),
+    "phi3": _modern("Phi3", **PHI3, sliding_window=6),
+    "granite": _modern("Granite", **GRANITE),
+    "apertus": _modern("Apertus", num_key_value_heads=2),
+    "smollm3": _modern("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2),
+    "olmo": _modern("Olmo", num_key_value_heads=2, clip_qkv=0.5),
+    "olmo3": _modern("Olmo3", **OLMO3),
+    "gemma": _gemma("gemma1_mqa_tied"),
+    "gemma3_multimodal": _gemma("gemma3_image_text_tower"),
+    "olmoe": _moe("olmoe_clip_qkv"),
+    "qwen2_moe": _moe("qwen2_moe_shared_expert"),
+    "qwen3_moe": _moe("qwen3_moe_norm_topk"),
+    "gpt_oss": _moe("gpt_oss_sinks_clamped_swiglu"),
 }
 
 

@@ -117,3 +117,52 @@ def test_backward_hook_on_layer_norm_normalized_sees_the_gradient():
     root(x).sum().backward()
     assert len(grads) == 1  # d(sum(n * w + b)) / dn = w
     torch.testing.assert_close(grads[0], root.norm.w.detach().expand(2, 3, 16), atol=0, rtol=0)
+
+
+def _cohere_layer_norm(x, w, eps):
+    """HF's `CohereLayerNorm.forward`, op by op (the reference the gain-first LayerNorm must equal)."""
+    h = x.to(torch.float32)
+    mean = h.mean(-1, keepdim=True)
+    variance = (h - mean).pow(2).mean(-1, keepdim=True)
+    h = (h - mean) * torch.rsqrt(variance + eps)
+    return (w.to(torch.float32) * h).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gain_first_layer_norm_is_cohere_bit_for_bit_and_hooks_stay_transparent(dtype):
+    from components.norms import LayerNormGainFirst, make_norm
+
+    cfg = CFG.replace(dtype=dtype, norm_gain_in_fp32=True)
+    assert type(make_norm(cfg)) is LayerNormGainFirst
+    root = Root(LayerNormGainFirst(cfg))
+    with torch.no_grad():
+        root.norm.w.copy_(torch.rand(16) + 0.5)  # bias-free, as Cohere's: b stays 0
+    torch.manual_seed(0)
+    x = (torch.randn(64, 64, 16) * 3 + 1).to(dtype)  # enough rows that the fused kernel rounds some differently
+    expected = _cohere_layer_norm(x, root.norm.w, CFG.eps)
+    assert not torch.equal(expected, torch.nn.functional.layer_norm(x, (16,), root.norm.w, None, CFG.eps))
+    out, cache = root.run_with_cache(x)
+    names = ("norm.hook_scale", "norm.hook_normalized")
+    identity = root.run_with_hooks(x, fwd_hooks=[(n, lambda t, hook: t) for n in names])
+    for result in (root(x), out, identity):
+        torch.testing.assert_close(result, expected, atol=0, rtol=0)
+    assert cache["norm.hook_normalized"].dtype == dtype and cache["norm.hook_scale"].dtype == torch.float32
+
+    def ablate(t, hook):
+        t[..., 0] = 0.0
+
+    ablated = root.run_with_hooks(x, fwd_hooks=[("norm.hook_normalized", ablate)])
+    edited = cache["norm.hook_normalized"].clone()  # an edited value is used as the hook left it (cast)
+    edited[..., 0] = 0.0
+    torch.testing.assert_close(ablated, (root.norm.w.float() * edited.float()).to(dtype), atol=0, rtol=0)
+    torch.testing.assert_close(ablated[..., 0], torch.zeros(64, 64, dtype=dtype), atol=0, rtol=0)
+
+
+def test_gain_first_layer_norm_in_float32_is_the_fused_layer_norm():
+    from components.norms import LayerNormGainFirst
+
+    norm = LayerNormGainFirst(CFG.replace(norm_gain_in_fp32=True))
+    with torch.no_grad():
+        norm.w.uniform_(0.5, 1.5)
+    x = torch.randn(2, 5, 16) * 3 + 1
+    torch.testing.assert_close(norm(x), torch.nn.functional.layer_norm(x, (16,), norm.w, norm.b, CFG.eps), atol=0, rtol=0)
