@@ -156,9 +156,11 @@ class Attention(nn.Module):
         if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
-            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, q.dtype))
-            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs))
-            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs))
+            # OLMo rotates in float32 tables and casts back (HF's `q_embed.to(q_type)`); others in the dtype
+            table_dtype = torch.float32 if cfg.rotary_in_fp32 else q.dtype
+            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
+            q = self.hook_rot_q(apply_rotary(q, cos, sin, cfg.rotary_adjacent_pairs).to(q.dtype))
+            k = self.hook_rot_k(apply_rotary(k, cos, sin, cfg.rotary_adjacent_pairs).to(k.dtype))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
         if self._use_sdpa():

@@ -36,6 +36,7 @@ def convert_olmo_config(hf: Any) -> dict:
         normalization_type="LNPre",
         eps=1e-5,  # OlmoLayerNorm's fixed eps
         clip_qkv=hf.clip_qkv,
+        rotary_in_fp32=True,  # HF's OLMo rotates with float32 cos/sin, then casts back
         default_prepend_bos=True,
     )
 
@@ -46,6 +47,8 @@ def convert_olmo2_config(hf: Any, architecture: str = "Olmo2ForCausalLM") -> dic
         post_sublayer_norm=True,
         use_qk_norm=True,
         full_width_qk_norm=True,
+        norm_gain_in_fp32=True,  # (w * n32).to(dtype), as HF's Olmo2RMSNorm
+        rotary_in_fp32=True,  # HF's OLMo rotates with float32 cos/sin, then casts back
         default_prepend_bos=True,
     )
 
