@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked.config import HookedTransformerConfig
+from hooked.dtypes import parameter_dtype
 from hooked.hook_points import HookPoint
 
 
@@ -123,7 +124,23 @@ class RMSNormGainFirst(RMSNorm):
     convention) and OLMo-2 compute this; LLaMA casts first, `n.to(dtype) * w`. The two
     differ only below float32. `hook_normalized` sees the cast normalized input; when no
     hook edits it, the float32 value is used, so hooking never changes the result.
+
+    `w` stays float32 in a bfloat16/float16 model (`float32_parameters`, kept by `.to`):
+    HF's Gemma computes `1 + w` in float32, and that sum rounded to bfloat16 is another gain.
     """
+
+    float32_parameters = ("w",)
+
+    def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
+        super().__init__(cfg, length)
+        self.w = nn.Parameter(torch.ones(self.length, dtype=parameter_dtype(self, "w", cfg.dtype)))
+
+    def _apply(self, fn, recurse: bool = True):
+        gain = self.w.data  # the float32 value, before `fn` (e.g. `.to(torch.bfloat16)`) rounds it
+        super()._apply(fn, recurse)
+        if gain.dtype == torch.float32 and parameter_dtype(self, "w", self.w.dtype) == torch.float32 != self.w.dtype:
+            self.w.data = gain.to(self.w.device)  # [length]: still float32, on the new device
+        return self
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         if x.dtype == torch.float32:  # the cast is the identity: the plain RMSNorm is bit for bit the same

@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn as nn
 
+from hooked.dtypes import parameter_dtype
 from hooked.errors import WeightShapeError
 from loading.streaming import iter_processed_parts, processing_steps
 
@@ -110,7 +111,6 @@ def _place(
     model: nn.Module, tensors: dict[str, torch.Tensor], plan: Mapping[str, str], folder, index: dict
 ) -> set[str]:
     """Put each tensor on its part's device, or into the offload folder; returns the keys placed."""
-    dtype = model.cfg.dtype
     tied = "unembed.W_U" in tensors and "embed.W_E" in tensors and _shares(tensors["embed.W_E"], tensors["unembed.W_U"])
     placed = set()
     for key in list(tensors):
@@ -119,6 +119,7 @@ def _place(
         device = plan[_part_of(key)]
         module = model.get_submodule(module_name)
         placed.add(key)
+        dtype = parameter_dtype(module, leaf, model.cfg.dtype)
         if device == "disk" and leaf not in module._buffers:
             _offload(tensor.to(dtype), key, folder, index)
             continue
