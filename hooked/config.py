@@ -54,6 +54,7 @@ class HookedTransformerConfig:
     num_experts: int | None = None
     experts_per_token: int | None = None
     norm_topk_prob: bool = False
+    moe_mix_in_fp32: bool = False
     shared_expert_d_mlp: int | None = None
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702
