@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked.config import HookedTransformerConfig
-from hooked.dtypes import parameter_dtype
+from hooked.dtypes import HALF_DTYPES
 from hooked.hook_points import HookPoint
 
 
@@ -125,21 +125,29 @@ class RMSNormGainFirst(RMSNorm):
     differ only below float32. `hook_normalized` sees the cast normalized input; when no
     hook edits it, the float32 value is used, so hooking never changes the result.
 
-    `w` stays float32 in a bfloat16/float16 model (`float32_parameters`, kept by `.to`):
-    HF's Gemma computes `1 + w` in float32, and that sum rounded to bfloat16 is another gain.
+    With `cfg.norm_gain_offset` (Gemma's 1), `w` is HF's `offset + w_hf`: a half-precision HF
+    model rounds `w_hf` to its dtype and adds the offset in float32, so `cast_parameter` does
+    the same and `w` stays float32 in a bfloat16/float16 model, also through `.to(dtype)`
+    (rounded to bfloat16, `1 + w_hf` would be another gain).
     """
-
-    float32_parameters = ("w",)
 
     def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
         super().__init__(cfg, length)
-        self.w = nn.Parameter(torch.ones(self.length, dtype=parameter_dtype(self, "w", cfg.dtype)))
+        self.offset = cfg.norm_gain_offset
+        self.w = nn.Parameter(self.cast_parameter("w", torch.ones(self.length), cfg.dtype))
+
+    def cast_parameter(self, leaf: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """`tensor` as stored in a `dtype` model: the gain `offset + w_hf` with `w_hf` rounded to `dtype`, in float32."""
+        if leaf != "w" or not self.offset or dtype not in HALF_DTYPES:
+            return tensor.to(dtype)
+        exact = tensor if tensor.dtype == torch.float64 else tensor.float()  # the loader's float64 `1 + w` is exact
+        return (exact - self.offset).to(dtype).float() + self.offset
 
     def _apply(self, fn, recurse: bool = True):
-        gain = self.w.data  # the float32 value, before `fn` (e.g. `.to(torch.bfloat16)`) rounds it
+        gain = self.w.data  # before `fn` (e.g. `.to(torch.bfloat16)`) rounds it
         super()._apply(fn, recurse)
-        if gain.dtype == torch.float32 and parameter_dtype(self, "w", self.w.dtype) == torch.float32 != self.w.dtype:
-            self.w.data = gain.to(self.w.device)  # [length]: still float32, on the new device
+        if self.offset and self.w.dtype in HALF_DTYPES:
+            self.w.data = self.cast_parameter("w", gain.to(self.w.device), self.w.dtype)  # [length], float32
         return self
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:

@@ -72,6 +72,7 @@ class HookedTransformerConfig:
     alibi_before_attn_scale: bool = False
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
+    norm_gain_offset: float = 0.0
     rotary_in_fp32: bool = False
     qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False

@@ -1,8 +1,9 @@
-"""The dtype each parameter is stored in: the model's, except gains a module keeps in float32.
+"""How a tensor becomes a parameter of a model running in some dtype: `.to(dtype)`, unless its module says otherwise.
 
-A module lists such parameters in `float32_parameters` (e.g. `RMSNormGainFirst.w`: HF's
-Gemma multiplies by `1 + w` computed in float32, which rounds differently once stored in
-bfloat16). Loading, weight placement and `.to(dtype)` consult this one rule.
+A module may define `cast_parameter(leaf, tensor, dtype)`. Gemma's norms do
+(`RMSNormGainFirst` with `cfg.norm_gain_offset`): `ln*.w` holds HF's `1 + w`, which a
+half-precision HF model computes in float32 from `w` rounded to its dtype, so the gain is
+stored in float32, as that value. Loading, weight placement and `.to` all go through here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ import torch.nn as nn
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
+def cast_parameter(
+    module: nn.Module, leaf: str, tensor: torch.Tensor, dtype: torch.dtype, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """`tensor` as `module.<leaf>` stores it in a `dtype` model (on `device`)."""
+    rule = getattr(module, "cast_parameter", None)
+    if rule is None:
+        return tensor.to(device=device, dtype=dtype)
+    return rule(leaf, tensor.to(device=device), dtype)
+
+
 def parameter_dtype(module: nn.Module, leaf: str, dtype: torch.dtype) -> torch.dtype:
-    """`dtype`, or float32 for a parameter that `module` keeps in float32 when the model runs in half precision."""
-    if dtype in HALF_DTYPES and leaf in getattr(module, "float32_parameters", ()):
-        return torch.float32
-    return dtype
+    """The dtype `module.<leaf>` is stored in when the model runs in `dtype` (float32 for Gemma's gains in half precision)."""
+    return cast_parameter(module, leaf, torch.empty(0, dtype=dtype, device="meta"), dtype).dtype

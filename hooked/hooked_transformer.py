@@ -21,7 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
-from hooked.dtypes import parameter_dtype
+from hooked.dtypes import cast_parameter
 from hooked.scale.dispatch import execution_device
 from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
@@ -237,7 +237,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
                 continue
             module_name, leaf = name.rsplit(".", 1)
             module = self.get_submodule(module_name)
-            tensor = tensor.to(device=self.cfg.device, dtype=parameter_dtype(module, leaf, self.cfg.dtype))
+            tensor = cast_parameter(module, leaf, tensor, self.cfg.dtype, self.cfg.device)
             if clone or tensor.untyped_storage().data_ptr() in protected_storages:
                 tensor = tensor.clone()
             if leaf in module._buffers:  # a persistent buffer (xIELU's beta, eps)

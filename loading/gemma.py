@@ -64,6 +64,7 @@ def gemma_config(hf: Any, architecture: str) -> dict:
         eps=hf.rms_norm_eps,
         normalization_type="RMS",
         norm_gain_in_fp32=True,
+        norm_gain_offset=1.0,  # HF multiplies by `1 + w` (in float32): `ln*.w` holds the sum
         positional_embedding_type="rotary",
         rotary_dim=hf.head_dim,
         embed_scale=hf.hidden_size**0.5,
@@ -120,8 +121,12 @@ def _decoder_prefix(hf_state: Mapping[str, torch.Tensor]) -> str:
 
 
 def _gain(w: torch.Tensor) -> torch.Tensor:
-    """Gemma's RMSNorm multiplies by `1 + w` (in float32): store the gain itself."""
-    return w.float() + 1.0
+    """Gemma's RMSNorm multiplies by `1 + w` (in float32): store the gain itself.
+
+    In float64, where `1 + w` is exact: a half-precision model rounds `w` (not the sum) to its
+    dtype before adding 1, as HF (`RMSNormGainFirst.cast_parameter`); processing reads float32.
+    """
+    return w.double() + 1.0
 
 
 def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:

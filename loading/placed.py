@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn as nn
 
-from hooked.dtypes import parameter_dtype
+from hooked.dtypes import cast_parameter
 from hooked.errors import WeightShapeError
 from loading.streaming import iter_processed_parts, processing_steps
 
@@ -119,9 +119,8 @@ def _place(
         device = plan[_part_of(key)]
         module = model.get_submodule(module_name)
         placed.add(key)
-        dtype = parameter_dtype(module, leaf, model.cfg.dtype)
         if device == "disk" and leaf not in module._buffers:
-            _offload(tensor.to(dtype), key, folder, index)
+            _offload(cast_parameter(module, leaf, tensor, model.cfg.dtype), key, folder, index)
             continue
         target = device if device != "disk" else "cpu"
         if tied and key == "unembed.W_U" and model.embed.W_E.device == torch.device(target):
@@ -129,7 +128,7 @@ def _place(
                 model.embed.W_E.T, requires_grad=module._parameters[leaf].requires_grad
             )
             continue
-        tensor = tensor.to(device=target, dtype=dtype)
+        tensor = cast_parameter(module, leaf, tensor, model.cfg.dtype, target)
         if leaf in module._buffers:
             module._buffers[leaf] = tensor
         else:

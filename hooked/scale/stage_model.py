@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from hooked.dtypes import parameter_dtype
+from hooked.dtypes import cast_parameter
 from hooked.errors import InputError
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
@@ -130,7 +130,7 @@ def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, k
             continue
         module_name, leaf = name.rsplit(".", 1)
         module = model.get_submodule(module_name)
-        tensor = tensor.to(device=device, dtype=parameter_dtype(module, leaf, model.cfg.dtype))
+        tensor = cast_parameter(module, leaf, tensor, model.cfg.dtype, device)
         if tensor.untyped_storage().data_ptr() in protected:
             tensor = tensor.clone()
         if leaf in module._buffers:
