@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from components.norms import RMSNormGainFirst
 from hooked.dtypes import cast_parameter
 from tests.acceptance.tiny_models import tokens
 from tests.helpers import hooked_from
@@ -57,7 +58,8 @@ def test_processing_runs_in_float32_before_the_cast(family, dtype):
     full_state = full.state_dict()
     for name, tensor in half.state_dict().items():
         module_name, leaf = name.rsplit(".", 1)
-        # the model's cast: `.to(dtype)`, except Gemma's unfolded qk-norm gains `1 + w` (float32, w rounded)
-        expected = cast_parameter(half.get_submodule(module_name), leaf, full_state[name], dtype)
-        assert tensor.dtype == (torch.float32 if name.endswith(("q_norm.w", "k_norm.w")) else dtype), name
+        module = half.get_submodule(module_name)
+        # the model's cast: `.to(dtype)`, except the unfolded Gemma gains `1 + w` (post- and qk-norms: float32, w rounded)
+        expected = cast_parameter(module, leaf, full_state[name], dtype)
+        assert tensor.dtype == (torch.float32 if isinstance(module, RMSNormGainFirst) else dtype), name
         torch.testing.assert_close(tensor, expected, atol=0, rtol=0, msg=name)
