@@ -11,6 +11,12 @@ TransformerLens and `fold_ln` folds `1 + w`. The embedding scale `sqrt(d_model)`
 the weight dtype, as HF does) is folded into `W_E`; a tied `W_U` keeps the unscaled
 embedding, so the two no longer share storage.
 
+Half precision: the gains stay float32, `1 + w` with `w` rounded to the model dtype as HF's
+half-precision model computes it (`RMSNormGainFirst.cast_parameter`), so a model built from
+HF's model in that dtype (or from a checkpoint stored in it) equals HF bit for bit. From a
+float32 checkpoint loaded straight into bfloat16, `W_E` is `sqrt(d_model) * e` rounded once,
+where HF rounds `e` and the scale first: the embeddings may differ by one bfloat16 ulp.
+
 | family  | sublayer norms              | attention                                             | rotary                            |
 |---------|-----------------------------|-------------------------------------------------------|-----------------------------------|
 | Gemma 1 | pre only (`ln1`, `ln2`)     | MQA/MHA, scale 1/sqrt(head_dim)                       | one base                          |
