@@ -159,7 +159,7 @@ class RMSNormGainFirst(RMSNorm):
             cast = n32.to(x.dtype)
             before = cast.clone()
             hooked = self.hook_normalized(cast)
-            if not (hooked is cast and torch.equal(before, cast)):
+            if not torch.equal(hooked, before):  # an edit (a value-equal copy is no edit)
                 n32 = hooked.float()
         return (n32 * self.w.float()).to(x.dtype)
 

@@ -126,6 +126,8 @@ def test_gain_first_norm_is_transparent_to_hooks_in_bf16():
         norm.hook_normalized.add_hook(lambda t, hook: seen.append(t.dtype))
         norm.hook_scale.add_hook(lambda t, hook: None)
         assert torch.equal(norm(x), plain) and seen == [torch.bfloat16]
+        norm.hook_normalized.add_hook(lambda t, hook: t.clone())  # a copy of the same values is no edit
+        assert torch.equal(norm(x), plain)
         norm.hook_normalized.add_hook(lambda t, hook: t * 0)  # an edit reaches the output
         assert torch.equal(norm(x), torch.zeros_like(plain))
 
