@@ -54,7 +54,7 @@ class HookedTransformerConfig:
     num_experts: int | None = None
     experts_per_token: int | None = None
     norm_topk_prob: bool = False
-    moe_mix_in_fp32: bool = False
+    moe_mix_in_fp32: bool = False  # Mixtral: expert outputs times float32 routing weights, cast after the sum
     shared_expert_d_mlp: int | None = None
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702
@@ -72,8 +72,8 @@ class HookedTransformerConfig:
     alibi_before_attn_scale: bool = False
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
-    norm_gain_offset: float = 0.0
-    rotary_in_fp32: bool = False
+    norm_gain_offset: float = 0.0  # Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum
+    rotary_in_fp32: bool = False  # OLMo: rotate with float32 cos/sin, cast back (HF's `q_embed.to(q_type)`)
     qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False
     post_sublayer_norm: bool = False
