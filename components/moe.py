@@ -3,12 +3,16 @@
     probs   = softmax(x W_gate^T)                (float32, over all experts)  -> hook_expert_weights
     indices = top-k(probs)                                                     -> hook_expert_indices
     weights = probs[indices], renormalized to sum 1 if `norm_topk_prob` (Mixtral, Qwen3-MoE, OLMoE;
-              GPT-OSS's softmax over the top-k logits is this renormalization)
+              GPT-OSS's softmax over the top-k logits is this renormalization); cast to the
+              model dtype before weighing the experts' outputs, except with `moe_mix_in_fp32`
+              (Mixtral: the product is float32, cast after, as HF)
     out     = sum_k weights_k * expert_{indices_k}(x)  (+ sigmoid(x w_s) * shared_expert(x), Qwen2-MoE)
 
 Experts are dispatched by grouping: the (token, slot) pairs are sorted by expert, each
 expert runs once on the contiguous block of tokens routed to it (one matmul per weight,
-possibly on zero rows), and one `index_add_` scatters the weighted outputs back. The
+possibly on zero rows), and one `index_add_` scatters the weighted outputs back. Below
+float32 they go back to (token, slot) order instead and are summed over the slots, then
+cast once (HF's default `grouped_mm` experts, bit for bit in bfloat16 and float16). The
 only Python loop is over experts, never over tokens. Every expert's hooks fire on every
 forward, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it.
 
@@ -107,9 +111,16 @@ class MoE(nn.Module):
             expert(flat[rows])  # [n_e, d_model]
             for expert, rows in zip(self.experts, tokens.split(counts))
         ]
-        mixed = torch.cat(outputs) * weights.reshape(-1, 1)[order].to(x.dtype)  # [tokens * k, d_model]
-        out = torch.zeros_like(flat).index_add_(0, tokens, mixed)  # [tokens, d_model]
-        return out.view(x.shape)
+        slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
+        if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first
+            slot_weights = slot_weights.to(x.dtype)
+        mixed = torch.cat(outputs) * slot_weights  # [tokens * k, d_model]: float32 with moe_mix_in_fp32
+        if x.dtype == torch.float32:  # no cast to order around: one scatter-add (3x faster than the sum below)
+            return torch.zeros_like(flat).index_add_(0, tokens, mixed).view(x.shape)
+        by_token = torch.empty_like(mixed)
+        by_token[order] = mixed  # [tokens * k, d_model]: back in (token, slot) order
+        # One sum over each token's k slots, then one cast: HF's default (`grouped_mm`) experts
+        return by_token.view(-1, self.top_k, x.shape[-1]).sum(1).to(x.dtype).view(x.shape)
 
 
 class SharedExpertMoE(MoE):

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 
 from hooked.config import HookedTransformerConfig
+from hooked.dtypes import HALF_DTYPES
 from hooked.hook_points import HookPoint
 
 
@@ -174,7 +175,31 @@ class RMSNormGainFirst(RMSNorm):
     convention) and OLMo-2 compute this; LLaMA casts first, `n.to(dtype) * w`. The two
     differ only below float32. `hook_normalized` sees the cast normalized input; when no
     hook edits it, the float32 value is used, so hooking never changes the result.
+
+    With `cfg.norm_gain_offset` (Gemma's 1), `w` is HF's `offset + w_hf`: a half-precision HF
+    model rounds `w_hf` to its dtype and adds the offset in float32, so `cast_parameter` does
+    the same and `w` stays float32 in a bfloat16/float16 model, also through `.to(dtype)`
+    (rounded to bfloat16, `1 + w_hf` would be another gain).
     """
+
+    def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
+        super().__init__(cfg, length)
+        self.offset = cfg.norm_gain_offset
+        self.w = nn.Parameter(self.cast_parameter("w", torch.ones(self.length), cfg.dtype))
+
+    def cast_parameter(self, leaf: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """`tensor` as stored in a `dtype` model: the gain `offset + w_hf` with `w_hf` rounded to `dtype`, in float32."""
+        if leaf != "w" or not self.offset or dtype not in HALF_DTYPES:
+            return tensor.to(dtype)
+        exact = tensor if tensor.dtype == torch.float64 else tensor.float()  # the loader's float64 `1 + w` is exact
+        return (exact - self.offset).to(dtype).float() + self.offset
+
+    def _apply(self, fn, recurse: bool = True):
+        gain = self.w.data  # before `fn` (e.g. `.to(torch.bfloat16)`) rounds it
+        super()._apply(fn, recurse)
+        if self.offset and self.w.dtype in HALF_DTYPES:
+            self.w.data = self.cast_parameter("w", gain.to(self.w.device), self.w.dtype)  # [length], float32
+        return self
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         if x.dtype == torch.float32:  # the cast is the identity: the plain RMSNorm is bit for bit the same
@@ -185,7 +210,7 @@ class RMSNormGainFirst(RMSNorm):
             cast = n32.to(x.dtype)
             before = cast.clone()
             hooked = self.hook_normalized(cast)
-            if not (hooked is cast and torch.equal(before, cast)):
+            if not torch.equal(hooked, before):  # an edit (a value-equal copy is no edit)
                 n32 = hooked.float()
         return (n32 * self.w.float()).to(x.dtype)
 

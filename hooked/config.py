@@ -55,6 +55,7 @@ class HookedTransformerConfig:
     num_experts: int | None = None
     experts_per_token: int | None = None
     norm_topk_prob: bool = False
+    moe_mix_in_fp32: bool = False  # Mixtral: expert outputs times float32 routing weights, cast after the sum
     shared_expert_d_mlp: int | None = None
     swiglu_limit: float | None = None
     swiglu_alpha: float = 1.702
@@ -72,11 +73,12 @@ class HookedTransformerConfig:
     alibi_before_attn_scale: bool = False
     bias_after_matmul: bool = False  # Falcon's FalconLinear: `x @ W + b` as two ops (two roundings below fp32)
     attn_scale_divides: bool = False  # Falcon: scores / attn_scale (not * 1/attn_scale), as HF
-    attn_scores_in_fp32: bool = False
+    attn_scores_in_fp32: bool = False  # GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision
     rotary_in_fp32: bool = False  # Cohere, OLMo: q/k rotated in float32, then cast back (as HF)
-    rotary_tables_in_fp32: bool = False  # OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)  # GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision
+    rotary_tables_in_fp32: bool = False  # OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
+    norm_gain_offset: float = 0.0  # Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum
     qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False
     post_sublayer_norm: bool = False

@@ -21,6 +21,7 @@ from components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
+from hooked.dtypes import cast_parameter
 from hooked.scale.dispatch import execution_device
 from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
@@ -234,9 +235,9 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             tensor = state_dict.pop(name)  # drop our reference as we go: one copy alive at a time
             if tied and name == "unembed.W_U":
                 continue
-            tensor = tensor.to(device=self.cfg.device, dtype=self.cfg.dtype)
             module_name, leaf = name.rsplit(".", 1)
             module = self.get_submodule(module_name)
+            tensor = cast_parameter(module, leaf, tensor, self.cfg.dtype, self.cfg.device)
             if clone or tensor.untyped_storage().data_ptr() in protected_storages:
                 tensor = tensor.clone()
             if leaf in module._buffers:  # a persistent buffer (xIELU's beta, eps)

@@ -11,6 +11,12 @@ TransformerLens and `fold_ln` folds `1 + w`. The embedding scale `sqrt(d_model)`
 the weight dtype, as HF does) is folded into `W_E`; a tied `W_U` keeps the unscaled
 embedding, so the two no longer share storage.
 
+Half precision: the gains stay float32, `1 + w` with `w` rounded to the model dtype as HF's
+half-precision model computes it (`RMSNormGainFirst.cast_parameter`), so a model built from
+HF's model in that dtype (or from a checkpoint stored in it) equals HF bit for bit. From a
+float32 checkpoint loaded straight into bfloat16, `W_E` is `sqrt(d_model) * e` rounded once,
+where HF rounds `e` and the scale first: the embeddings may differ by one bfloat16 ulp.
+
 | family  | sublayer norms              | attention                                             | rotary                            |
 |---------|-----------------------------|-------------------------------------------------------|-----------------------------------|
 | Gemma 1 | pre only (`ln1`, `ln2`)     | MQA/MHA, scale 1/sqrt(head_dim)                       | one base                          |
@@ -64,6 +70,7 @@ def gemma_config(hf: Any, architecture: str) -> dict:
         eps=hf.rms_norm_eps,
         normalization_type="RMS",
         norm_gain_in_fp32=True,
+        norm_gain_offset=1.0,  # HF multiplies by `1 + w` (in float32): `ln*.w` holds the sum
         positional_embedding_type="rotary",
         rotary_dim=hf.head_dim,
         embed_scale=hf.hidden_size**0.5,
@@ -120,8 +127,12 @@ def _decoder_prefix(hf_state: Mapping[str, torch.Tensor]) -> str:
 
 
 def _gain(w: torch.Tensor) -> torch.Tensor:
-    """Gemma's RMSNorm multiplies by `1 + w` (in float32): store the gain itself."""
-    return w.float() + 1.0
+    """Gemma's RMSNorm multiplies by `1 + w` (in float32): store the gain itself.
+
+    In float64, where `1 + w` is exact: a half-precision model rounds `w` (not the sum) to its
+    dtype before adding 1, as HF (`RMSNormGainFirst.cast_parameter`); processing reads float32.
+    """
+    return w.double() + 1.0
 
 
 def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:

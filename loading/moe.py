@@ -58,6 +58,7 @@ def convert_mixtral_config(hf: Any) -> dict:
     return dict(
         moe_config(hf, "MixtralForCausalLM", hf.num_local_experts, hf.intermediate_size, norm_topk_prob=True),
         **local_attention(window, [True] * hf.num_hidden_layers),
+        moe_mix_in_fp32=True,  # HF's Mixtral weighs each expert's output by its float32 routing weight
         default_prepend_bos=True,
     )
 

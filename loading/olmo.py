@@ -36,7 +36,7 @@ def convert_olmo_config(hf: Any) -> dict:
         normalization_type="LNPre",
         eps=1e-5,  # OlmoLayerNorm's fixed eps
         clip_qkv=hf.clip_qkv,
-        rotary_in_fp32=True,  # HF's OLMo-1 keeps cos/sin in float32: q * cos promotes, then casts back
+        rotary_in_fp32=True,  # HF's OLMo keeps cos/sin in float32: q * cos promotes, then casts back
         rotary_tables_in_fp32=True,
         default_prepend_bos=True,
     )
@@ -48,6 +48,9 @@ def convert_olmo2_config(hf: Any, architecture: str = "Olmo2ForCausalLM") -> dic
         post_sublayer_norm=True,
         use_qk_norm=True,
         full_width_qk_norm=True,
+        norm_gain_in_fp32=True,  # (w * n32).to(dtype), as HF's Olmo2RMSNorm
+        rotary_in_fp32=True,  # HF's OLMo keeps cos/sin in float32: q * cos promotes, then casts back
+        rotary_tables_in_fp32=True,
         default_prepend_bos=True,
     )
 

@@ -17,6 +17,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn as nn
 
+from hooked.dtypes import cast_parameter
 from hooked.errors import WeightShapeError
 from loading.streaming import iter_processed_parts, processing_steps
 
@@ -110,7 +111,6 @@ def _place(
     model: nn.Module, tensors: dict[str, torch.Tensor], plan: Mapping[str, str], folder, index: dict
 ) -> set[str]:
     """Put each tensor on its part's device, or into the offload folder; returns the keys placed."""
-    dtype = model.cfg.dtype
     tied = "unembed.W_U" in tensors and "embed.W_E" in tensors and _shares(tensors["embed.W_E"], tensors["unembed.W_U"])
     placed = set()
     for key in list(tensors):
@@ -120,7 +120,7 @@ def _place(
         module = model.get_submodule(module_name)
         placed.add(key)
         if device == "disk" and leaf not in module._buffers:
-            _offload(tensor.to(dtype), key, folder, index)
+            _offload(cast_parameter(module, leaf, tensor, model.cfg.dtype), key, folder, index)
             continue
         target = device if device != "disk" else "cpu"
         if tied and key == "unembed.W_U" and model.embed.W_E.device == torch.device(target):
@@ -128,7 +128,7 @@ def _place(
                 model.embed.W_E.T, requires_grad=module._parameters[leaf].requires_grad
             )
             continue
-        tensor = tensor.to(device=target, dtype=dtype)
+        tensor = cast_parameter(module, leaf, tensor, model.cfg.dtype, target)
         if leaf in module._buffers:
             module._buffers[leaf] = tensor
         else:

@@ -12,6 +12,7 @@ import logging
 
 import torch
 
+from hooked.dtypes import cast_parameter
 from hooked.errors import InputError
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
@@ -127,11 +128,11 @@ def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, k
         tensor = state.pop(name)
         if not stage.owns_name(name):
             continue
-        tensor = tensor.to(device=device, dtype=model.cfg.dtype)
-        if tensor.untyped_storage().data_ptr() in protected:
-            tensor = tensor.clone()
         module_name, leaf = name.rsplit(".", 1)
         module = model.get_submodule(module_name)
+        tensor = cast_parameter(module, leaf, tensor, model.cfg.dtype, device)
+        if tensor.untyped_storage().data_ptr() in protected:
+            tensor = tensor.clone()
         if leaf in module._buffers:
             module._buffers[leaf] = tensor
         else:

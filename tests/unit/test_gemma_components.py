@@ -57,6 +57,63 @@ def test_gain_first_norm_is_hf_gemma_rmsnorm_bit_for_bit(dtype):
             assert not torch.equal(cast_first(x), hf(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gain_first_norm_keeps_its_gain_in_float32_like_hf_gemma(dtype):
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    torch.manual_seed(3)
+    hf = Gemma3RMSNorm(16, eps=1e-6).to(dtype)  # HF in half precision: w in dtype, 1 + w in float32
+    with torch.no_grad():
+        hf.weight.copy_(0.3 * torch.randn(16))
+    ours = make_norm(_norm_cfg(dtype, norm_gain_in_fp32=True, norm_gain_offset=1.0))
+    assert ours.w.dtype == torch.float32
+    with torch.no_grad():
+        ours.w.copy_(1.0 + hf.weight.float())
+    x = (3 * torch.randn(2, 5, 16)).to(dtype)
+    with torch.no_grad():
+        assert torch.equal(ours(x), hf(x))
+        rounded = RMSNormGainFirst(_norm_cfg(norm_gain_in_fp32=True))  # the same gain rounded to dtype first
+        rounded.w.copy_(ours.w.to(dtype).float())
+        assert not torch.equal(rounded(x), hf(x))
+
+
+def test_gain_first_norm_gain_stays_float32_through_to():
+    norm = make_norm(_norm_cfg(torch.float32, norm_gain_in_fp32=True, norm_gain_offset=1.0))
+    w_hf = 0.001 * torch.arange(1.0, 17.0)
+    with torch.no_grad():
+        norm.w.copy_(1.0 + w_hf)  # not representable in bfloat16
+    for dtype in (torch.bfloat16, torch.float16):
+        norm.to(torch.float32).w.data = 1.0 + w_hf
+        norm.to(dtype)
+        hf_gain = 1.0 + w_hf.to(dtype).float()  # an HF model cast to dtype: w rounded, 1 + w in float32
+        assert norm.w.dtype == torch.float32 and torch.equal(norm.w, hf_gain), dtype
+        assert not torch.equal(hf_gain, (1.0 + w_hf).to(dtype).float())  # rounding the sum instead differs
+        norm.to(dtype)
+        assert torch.equal(norm.w, hf_gain)  # casting again changes nothing
+    assert norm.double().w.dtype == torch.float64  # not a half dtype: the gain follows
+    no_offset = make_norm(_norm_cfg(torch.bfloat16, norm_gain_in_fp32=True))  # OLMo-2: HF's gain is w itself
+    assert no_offset.w.dtype == torch.bfloat16
+
+
+def test_half_precision_gemma_keeps_hf_gains_in_float32_through_loading_and_state_dict(gemma3):
+    hf, _ = gemma3
+    model = hooked_from(hf, dtype=torch.bfloat16)  # from the float32 HF model: w rounded to bf16, as HF's cast
+    gains = {n: p for n, p in model.named_parameters() if n.endswith(("ln1.w", "ln2_post.w", "q_norm.w", "ln_final.w"))}
+    assert len(gains) == 3 * model.cfg.n_layers + 1
+    assert all(p.dtype == torch.float32 for p in gains.values()) and model.W_Q.dtype == torch.bfloat16
+    for layer, block in zip(hf.model.layers, model.blocks):  # what HF's bf16 norms multiply by, bit for bit
+        assert torch.equal(block.ln1.w, 1.0 + layer.input_layernorm.weight.to(torch.bfloat16).float())
+        assert torch.equal(block.attn.q_norm.w, 1.0 + layer.self_attn.q_norm.weight.to(torch.bfloat16).float())
+    toks = tokens(2, 8)
+    with torch.no_grad():
+        logits = model(toks)
+    fresh = HookedTransformer(model.cfg)  # a state-dict round trip keeps the float32 gains
+    fresh.load_state_dict(model.state_dict())
+    assert fresh.blocks[0].ln1.w.dtype == torch.float32 and torch.equal(fresh.blocks[0].ln1.w, model.blocks[0].ln1.w)
+    with torch.no_grad():
+        assert torch.equal(fresh(toks), logits)
+
+
 def test_gain_first_norm_is_transparent_to_hooks_in_bf16():
     torch.manual_seed(1)
     norm = make_norm(_norm_cfg(norm_gain_in_fp32=True))
@@ -69,6 +126,8 @@ def test_gain_first_norm_is_transparent_to_hooks_in_bf16():
         norm.hook_normalized.add_hook(lambda t, hook: seen.append(t.dtype))
         norm.hook_scale.add_hook(lambda t, hook: None)
         assert torch.equal(norm(x), plain) and seen == [torch.bfloat16]
+        norm.hook_normalized.add_hook(lambda t, hook: t.clone())  # a copy of the same values is no edit
+        assert torch.equal(norm(x), plain)
         norm.hook_normalized.add_hook(lambda t, hook: t * 0)  # an edit reaches the output
         assert torch.equal(norm(x), torch.zeros_like(plain))
 

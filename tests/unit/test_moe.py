@@ -66,3 +66,23 @@ def test_transformer_lens_gpt_oss_moe_builds_the_clamped_variant():
     layer = GptOssMoE(dict(CFG, num_experts=4, experts_per_token=2))
     assert layer.cfg.swiglu_limit == 7.0 and layer.cfg.norm_topk_prob and layer.W_gate.bias is not None
     assert layer(torch.randn(1, 3, 16)).shape == (1, 3, 16)
+
+
+@pytest.mark.parametrize("mix_in_fp32", [False, True])
+def test_half_precision_mixing_is_one_float32_or_dtype_product_then_one_sum(mix_in_fp32):
+    """HF's default (`grouped_mm`) experts: weight each slot (Mixtral: in float32), sum a token's slots, cast once."""
+    layer = moe(norm_topk_prob=True, moe_mix_in_fp32=mix_in_fp32).to(torch.bfloat16)
+    x = torch.randn(2, 5, 16).to(torch.bfloat16)
+    with torch.no_grad():
+        indices, weights = layer.route(x)
+        flat, expected = x.reshape(-1, 16), torch.zeros(10, 16, dtype=torch.float32 if mix_in_fp32 else torch.bfloat16)
+        for t in range(10):
+            slots = [layer.experts[int(e)](flat[t : t + 1])[0] for e in indices.reshape(10, 2)[t]]
+            w = weights.reshape(10, 2)[t] if mix_in_fp32 else weights.reshape(10, 2)[t].to(torch.bfloat16)
+            expected[t] = torch.stack([s.to(w.dtype) * wi for s, wi in zip(slots, w)]).sum(0)  # w: 0-dim, so upcast s
+        out = layer(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.reshape(10, 16), expected.to(torch.bfloat16), atol=0, rtol=0)
+    other = moe(norm_topk_prob=True, moe_mix_in_fp32=not mix_in_fp32).to(torch.bfloat16)
+    with torch.no_grad():
+        assert not torch.equal(other(x), out)  # the two orders round differently: the flag matters
