@@ -38,9 +38,23 @@ def _normalize(
         return x / hook_scale(scale)
     before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
-    if hooked is scale and torch.equal(before, scale):
+    if torch.equal(before, hooked):  # unchanged (the tensor itself or an equal copy): HF's kernel, bit for bit
         return untouched()
     return x / hooked
+
+
+def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float32 normalized input of a gain-first norm, after `hook_normalized` (which sees it cast to `dtype`).
+
+    Unless a hook edits the value (a value-equal copy is no edit), the float32 value goes on, so
+    hooking never changes the result; an edited value goes on as the hook left it.
+    """
+    if not hook.observed:
+        return n32
+    cast = n32.to(dtype)  # [..., length]
+    before = cast.clone()
+    hooked = hook(cast)
+    return n32 if torch.equal(hooked, before) else hooked.float()
 
 
 class _NormPre(nn.Module):
@@ -127,12 +141,7 @@ def gain_first_layer_norm(norm: _NormPre, x: torch.Tensor, w: torch.Tensor, b: t
     `hook_normalized` sees the cast normalized input; unless a hook edits it, the float32 value is used.
     """
     n32 = _normalize(norm.hook_scale, *centred_statistics(x.float()), norm.eps)
-    if norm.hook_normalized.observed:
-        cast = n32.to(x.dtype)
-        before = cast.clone()
-        hooked = norm.hook_normalized(cast)
-        if not (hooked is cast and torch.equal(before, cast)):
-            n32 = hooked.float()
+    n32 = through_hook_normalized(norm.hook_normalized, n32, x.dtype)
     return (w.float() * n32 + b.float()).to(x.dtype)
 
 
@@ -206,12 +215,7 @@ class RMSNormGainFirst(RMSNorm):
             return self.normalize(x) * self.w
         numerator, var = self.statistics(x.float())
         n32 = _normalize(self.hook_scale, numerator, var, self.eps)
-        if self.hook_normalized.observed:
-            cast = n32.to(x.dtype)
-            before = cast.clone()
-            hooked = self.hook_normalized(cast)
-            if not torch.equal(hooked, before):  # an edit (a value-equal copy is no edit)
-                n32 = hooked.float()
+        n32 = through_hook_normalized(self.hook_normalized, n32, x.dtype)
         return (n32 * self.w.float()).to(x.dtype)
 
 

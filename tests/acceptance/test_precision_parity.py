@@ -60,6 +60,19 @@ def test_other_families_within_the_spec_bound(family):
         assert row["hooked_vs_hf"] <= max(row["hf_eager_vs_sdpa"] or 0.0, 1e-2), row
 
 
+@pytest.mark.parametrize("family", BITWISE)
+def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
+    """SPEC §12 hook transparency below float32: caching every activation, or a hook on every hook point
+    returning an equal copy, gives the plain forward's logits bit for bit (no path recomputes differently)."""
+    ours = hooked_from(FAMILIES[family](), dtype=torch.bfloat16)
+    ours.cfg.attn_implementation = "eager"
+    t = tokens(2, 12) % 90
+    plain = ours(t)
+    copied = ours.run_with_hooks(t, fwd_hooks=[(lambda name: True, lambda x, hook: x.clone())])
+    cached, _ = ours.run_with_cache(t)
+    assert torch.equal(copied, plain) and torch.equal(cached, plain)
+
+
 def test_every_supported_architecture_has_a_family():
     from loading.registry import supported_architectures
 
