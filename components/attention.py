@@ -209,8 +209,18 @@ class Attention(nn.Module):
         return self.hook_attn_scores.observed or self.hook_pattern.observed
 
     def _heads_first(self, q, k, v) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`[batch, head, pos, d_head]` q, k, v for the attention matmuls, K/V repeated up to `n_heads`."""
-        return q.transpose(1, 2), self.ungroup(k).transpose(1, 2), self.ungroup(v).transpose(1, 2)
+        """`[batch, head, pos, d_head]` q, k, v for the attention matmuls, K/V repeated up to `n_heads`.
+
+        K/V are repeated after the transpose, as HF's `repeat_kv`: half-precision CPU matmuls
+        round differently for differently strided inputs, so the layouts must be HF's too.
+        """
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # [batch, kv_head, n_keys, d_head]
+        if k.shape[1] != q.shape[2]:
+            batch, kv_heads, n_keys, d_head = k.shape
+            shape = (batch, kv_heads, q.shape[2] // kv_heads, n_keys, d_head)  # [batch, kv_head, group, key, d_head]
+            k = k[:, :, None].expand(shape).reshape(batch, -1, n_keys, d_head)  # [batch, head, n_keys, d_head]
+            v = v[:, :, None].expand(shape).reshape(batch, -1, n_keys, d_head)
+        return q.transpose(1, 2), k, v
 
     def _attend_sdpa(
         self,

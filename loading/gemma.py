@@ -13,9 +13,8 @@ embedding, so the two no longer share storage.
 
 Half precision: the gains stay float32, `1 + w` with `w` rounded to the model dtype as HF's
 half-precision model computes it (`RMSNormGainFirst.cast_parameter`), so a model built from
-HF's model in that dtype (or from a checkpoint stored in it) equals HF bit for bit. From a
-float32 checkpoint loaded straight into bfloat16, `W_E` is `sqrt(d_model) * e` rounded once,
-where HF rounds `e` and the scale first: the embeddings may differ by one bfloat16 ulp.
+HF's model in that dtype (or from a checkpoint stored in any dtype) equals HF bit for bit; `W_E`
+is `sqrt(d_model) * e` computed as HF's model does, in its dtype (`scaled_embedding`).
 
 | family  | sublayer norms              | attention                                             | rotary                            |
 |---------|-----------------------------|-------------------------------------------------------|-----------------------------------|
@@ -135,11 +134,21 @@ def _gain(w: torch.Tensor) -> torch.Tensor:
     return w.double() + 1.0
 
 
+def scaled_embedding(embed: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """`embed * scale` as HF's model in `dtype` computes it: both rounded to `dtype`, multiplied there.
+
+    Returned in the wider of the checkpoint's dtype and `dtype`, so the later cast to `dtype` is exact:
+    a float32 checkpoint loaded into bfloat16 gets HF's bfloat16 embeddings bit for bit.
+    """
+    product = embed.to(dtype) * torch.tensor(scale, dtype=torch.float32).to(dtype)  # [d_vocab, d_model]
+    return product.to(torch.promote_types(embed.dtype, dtype))
+
+
 def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
     """HF Gemma 1/2/3 state dict -> TransformerLens names, norm gains `1 + w`, `W_E` scaled by sqrt(d_model)."""
     hf = strip_prefix(hf_state, _decoder_prefix(hf_state))
     embed = hf["embed_tokens.weight"]  # [d_vocab, d_model]
-    sd = {"embed.W_E": embed * torch.tensor(cfg.embed_scale, dtype=torch.float32).to(embed.dtype)}
+    sd = {"embed.W_E": scaled_embedding(embed, cfg.embed_scale, cfg.dtype)}
     sandwich = cfg.use_normalization_before_and_after
     norms = (
         {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
