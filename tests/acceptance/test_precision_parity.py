@@ -88,6 +88,8 @@ def test_processing_runs_in_float32_before_the_cast(family, dtype):
     full = hooked_from(hf, dtype=torch.float32, fold_ln=True, center_writing_weights=True, center_unembed=True)
     assert half.cfg.weight_processing == full.cfg.weight_processing != ()
     full_state = full.state_dict()
+    if half.cfg.embed_scale is not None:  # Gemma: `e * sqrt(d_model)` is converted in the model dtype, as HF
+        full_state["embed.W_E"] = hooked_from(hf, dtype=dtype).W_E.float()  # (RMSNorm models: processing keeps W_E)
     for name, tensor in half.state_dict().items():
         module_name, leaf = name.rsplit(".", 1)
         module = half.get_submodule(module_name)
