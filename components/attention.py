@@ -288,9 +288,14 @@ class Attention(nn.Module):
         return scores.view(batch, n_heads, n_queries, -1)  # [batch, head, q_pos, k_pos]
 
     def _softmax_with_sinks(self, scores: Float[torch.Tensor, "batch head q_pos k_pos"]) -> torch.Tensor:
-        """Softmax over the keys plus one sink logit per head, sink column dropped: rows sum to less than 1."""
-        sinks = self.sinks.float()[None, :, None, None].expand(*scores.shape[:-1], 1)  # [batch, head, q_pos, 1]
-        return torch.softmax(torch.cat([scores.float(), sinks], dim=-1), dim=-1)[..., :-1]
+        """Softmax over the keys plus one sink logit per head, sink column dropped: rows sum to less than 1.
+
+        As HF's GPT-OSS: in the scores' dtype, after subtracting each row's max (its overflow guard).
+        """
+        sinks = self.sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)  # [batch, head, q, 1]
+        logits = torch.cat([scores, sinks], dim=-1)  # [batch, head, q_pos, k_pos + 1]
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        return torch.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
 
     def _output(self, z: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self.cfg.use_attn_result:

@@ -67,23 +67,25 @@ class ClampedSwiGLUExpert(Expert):
         self.limit, self.alpha = cfg.swiglu_limit, cfg.swiglu_alpha
 
     def forward(self, x: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
-        gate = self.hook_gate(F.linear(x, self.W_gate.weight, self.W_gate.bias)).clamp(max=self.limit)  # [..., d_mlp]
-        up = self.hook_pre(F.linear(x, self.W_in.weight, self.W_in.bias)).clamp(-self.limit, self.limit)
+        # HF's grouped experts add each bias after the product (two roundings below float32)
+        gate = self.hook_gate(F.linear(x, self.W_gate.weight) + self.W_gate.bias).clamp(max=self.limit)  # [..., d_mlp]
+        up = self.hook_pre(F.linear(x, self.W_in.weight) + self.W_in.bias).clamp(-self.limit, self.limit)
         post = self.hook_post((up + 1) * (gate * torch.sigmoid(gate * self.alpha)))  # [..., d_mlp]
-        return self.hook_out(F.linear(post, self.W_out.weight, self.W_out.bias))
+        return self.hook_out(F.linear(post, self.W_out.weight) + self.W_out.bias)
 
 
 class MoE(nn.Module):
     """Router plus `num_experts` experts, `experts_per_token` of them active per token."""
 
+    router_bias = False
+    expert_cls = Expert
+
     def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
         self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
         self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
-        gpt_oss = cfg.swiglu_limit is not None  # GPT-OSS: biased router and clamped, biased experts
-        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=gpt_oss, dtype=cfg.dtype)  # the router
-        expert_cls = ClampedSwiGLUExpert if gpt_oss else Expert
-        self.experts = nn.ModuleList(expert_cls(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
+        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=self.router_bias, dtype=cfg.dtype)  # the router
+        self.experts = nn.ModuleList(self.expert_cls(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
         self.hook_router_logits = HookPoint()  # [batch, pos, num_experts], model dtype
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
@@ -139,5 +141,30 @@ class SharedExpertMoE(MoE):
         return routed + gate * shared
 
 
+class GptOssMoE(MoE):
+    """GPT-OSS: a biased router whose weights are a softmax over the chosen experts' logits, and clamped experts.
+
+    The softmax runs in the logits' dtype, as HF's; the float32 probabilities over all
+    experts still pass through `hook_expert_weights` and pick the experts. A hook that edits
+    them also sets the weights (the chosen probabilities, renormalized), as in `MoE`.
+    """
+
+    router_bias = True
+    expert_cls = ClampedSwiGLUExpert
+
+    def route(self, x):
+        logits = self.hook_router_logits(F.linear(x, self.W_gate.weight, self.W_gate.bias))  # [batch, pos, E]
+        probs = torch.softmax(logits.float(), dim=-1)  # [batch, pos, num_experts]
+        before = probs.clone() if self.hook_expert_weights.observed else probs
+        probs = self.hook_expert_weights(probs)
+        indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
+        if torch.equal(before, probs):  # unedited: HF's softmax over the top-k logits, in their dtype
+            return indices, torch.softmax(logits.gather(-1, indices), dim=-1, dtype=logits.dtype)
+        weights = probs.gather(-1, indices)  # [batch, pos, k]
+        return indices, weights / weights.sum(-1, keepdim=True)
+
+
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
-    return SharedExpertMoE(cfg) if cfg.shared_expert_d_mlp else MoE(cfg)
+    if cfg.shared_expert_d_mlp:
+        return SharedExpertMoE(cfg)
+    return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

@@ -188,25 +188,32 @@ class RMSNormGainFirst(RMSNorm):
     With `cfg.norm_gain_offset` (Gemma's 1), `w` is HF's `offset + w_hf`: a half-precision HF
     model rounds `w_hf` to its dtype and adds the offset in float32, so `cast_parameter` does
     the same and `w` stays float32 in a bfloat16/float16 model, also through `.to(dtype)`
-    (rounded to bfloat16, `1 + w_hf` would be another gain).
+    (rounded to bfloat16, `1 + w_hf` would be another gain). With `cfg.norm_gain_fp32_in_float16`
+    (GPT-OSS, whose HF model keeps its norm weights float32 in a float16 model) `w` is float32 there.
     """
 
     def __init__(self, cfg: HookedTransformerConfig, length: int | None = None):
         super().__init__(cfg, length)
         self.offset = cfg.norm_gain_offset
+        self.fp32_in_float16 = cfg.norm_gain_fp32_in_float16
         self.w = nn.Parameter(self.cast_parameter("w", torch.ones(self.length), cfg.dtype))
+
+    def _gain_in_fp32(self, dtype: torch.dtype) -> bool:
+        return (bool(self.offset) and dtype in HALF_DTYPES) or (self.fp32_in_float16 and dtype == torch.float16)
 
     def cast_parameter(self, leaf: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """`tensor` as stored in a `dtype` model: the gain `offset + w_hf` with `w_hf` rounded to `dtype`, in float32."""
-        if leaf != "w" or not self.offset or dtype not in HALF_DTYPES:
+        if leaf != "w" or not self._gain_in_fp32(dtype):
             return tensor.to(dtype)
+        if not self.offset:
+            return tensor.float()
         exact = tensor if tensor.dtype == torch.float64 else tensor.float()  # the loader's float64 `1 + w` is exact
         return (exact - self.offset).to(dtype).float() + self.offset
 
     def _apply(self, fn, recurse: bool = True):
         gain = self.w.data  # before `fn` (e.g. `.to(torch.bfloat16)`) rounds it
         super()._apply(fn, recurse)
-        if self.offset and self.w.dtype in HALF_DTYPES:
+        if self._gain_in_fp32(self.w.dtype):
             self.w.data = self.cast_parameter("w", gain.to(self.w.device), self.w.dtype)  # [length], float32
         return self
 

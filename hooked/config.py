@@ -78,6 +78,7 @@ class HookedTransformerConfig:
     rotary_tables_in_fp32: bool = False  # OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)
     full_width_qk_norm: bool = False
     norm_gain_in_fp32: bool = False
+    norm_gain_fp32_in_float16: bool = False  # GPT-OSS: HF keeps its norm weights float32 in float16 models
     norm_gain_offset: float = 0.0  # Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum
     qk_norm_per_head: bool = False
     use_normalization_before_and_after: bool = False

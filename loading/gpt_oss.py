@@ -36,6 +36,8 @@ def convert_gpt_oss_config(hf: Any) -> dict:
         swiglu_limit=hf.swiglu_limit,
         swiglu_alpha=hf.swiglu_alpha,
         attn_sinks=True,
+        norm_gain_in_fp32=True,  # GptOssRMSNorm: (w * n32).to(dtype)
+        norm_gain_fp32_in_float16=True,  # HF's `_keep_in_fp32_modules`: the norm weights stay float32 in float16
         **local_attention(hf.sliding_window, qwen_local_layers(hf)),
         default_prepend_bos=False,
     )

@@ -23,6 +23,7 @@ from components import (  # noqa: F401
     TransformerBlock,
     Unembed,
 )
+from components import moe  # noqa: E402
 from components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
 from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
 from hooked.config import HookedTransformerConfig
@@ -75,8 +76,8 @@ class GptOssExpert(ClampedSwiGLUExpert):
         super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT), cfg.d_mlp)
 
 
-class GptOssMoE(MoE):
-    """TransformerLens's GPT-OSS MoE: hooked's `MoE` with a biased router, renormalized top-k and
+class GptOssMoE(moe.GptOssMoE):
+    """TransformerLens's GPT-OSS MoE: hooked's `GptOssMoE` with a biased router, renormalized top-k and
     biased clamped-SwiGLU experts (`swiglu_limit` 7 and `swiglu_alpha` 1.702 unless the config sets them)."""
 
     def __init__(self, cfg: HookedTransformerConfig | dict):

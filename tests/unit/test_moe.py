@@ -86,3 +86,28 @@ def test_half_precision_mixing_is_one_float32_or_dtype_product_then_one_sum(mix_
     other = moe(norm_topk_prob=True, moe_mix_in_fp32=not mix_in_fp32).to(torch.bfloat16)
     with torch.no_grad():
         assert not torch.equal(other(x), out)  # the two orders round differently: the flag matters
+
+
+def test_gpt_oss_weights_are_a_softmax_over_the_top_k_logits_in_the_model_dtype():
+    """HF's GptOssTopKRouter: `softmax(topk(logits).values, dtype=logits.dtype)`; an edit of the probs still rules."""
+    layer = moe(swiglu_limit=0.5, norm_topk_prob=True).to(torch.bfloat16)
+    x = torch.randn(2, 5, 16, dtype=torch.bfloat16)
+    logits = layer.W_gate(x)
+    values, want_indices = logits.topk(layer.top_k, dim=-1)
+    indices, weights = layer.route(x)
+    assert torch.equal(indices, want_indices)
+    assert weights.dtype == torch.bfloat16 and torch.equal(weights, torch.softmax(values, -1, dtype=torch.bfloat16))
+
+    def prefer_expert_3(probs, hook):
+        probs[..., 3] = 10.0  # forces expert 3 into every token's top-k
+
+    layer.hook_expert_weights.add_hook(prefer_expert_3)
+    try:
+        indices, weights = layer.route(x)
+    finally:
+        layer.hook_expert_weights.remove_hooks()
+    assert (indices == 3).any(-1).all()
+    probs = torch.softmax(logits.float(), -1)
+    probs[..., 3] = 10.0
+    chosen = probs.gather(-1, indices)
+    torch.testing.assert_close(weights, chosen / chosen.sum(-1, keepdim=True), atol=0, rtol=0)
