@@ -101,9 +101,15 @@ class WeightViewsMixin:
     ) -> Float[torch.Tensor, "d_model"]:
         """Sum of the output biases written to the residual stream before `layer` (plus its b_O if mlp_input)."""
         total = torch.zeros(self.cfg.d_model, device=self.input_device, dtype=self.cfg.dtype)
+        mlp_biases = include_mlp_biases and not self.cfg.attn_only
+        if mlp_biases and self.cfg.num_experts and self.cfg.swiglu_limit is not None:
+            raise NotImplementedError(
+                "GPT-OSS's experts have output biases mixed per token by the router, so they add no constant "
+                "bias: pass include_mlp_biases=False"
+            )
         for i in range(layer):
             total = total + read_weight(self.blocks[i], "attn.b_O").to(total.device)
-            if include_mlp_biases and not self.cfg.attn_only:
+            if mlp_biases and not self.cfg.num_experts:  # bias-free experts (Mixtral, Qwen-MoE, OLMoE) add none
                 total = total + read_weight(self.blocks[i], "mlp.b_out").to(total.device)
         if mlp_input:
             total = total + read_weight(self.blocks[layer], "attn.b_O").to(total.device)

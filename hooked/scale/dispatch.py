@@ -158,6 +158,9 @@ def dispatch(
         offload_index=offload_index,
         skip_keys=SKIP_KEYS,
         force_hooks=len(set(device_map.values())) > 1,
+        # each part pages in all its weights when its forward starts: modules read their children's
+        # weights directly (an MoE's router and experts), which per-submodule hooks would leave on `meta`
+        preload_module_classes=sorted({type(model.get_submodule(part)).__name__ for part in device_map}),
     )
     model.hf_device_map = device_map
     model.cfg.device = main
@@ -187,9 +190,20 @@ def read_weight(owner: nn.Module, name: str) -> torch.Tensor:
     tensor = getattr(holder, leaf)
     if tensor.device.type != "meta":
         return tensor
-    if getattr(holder, "_hf_hook", None) is None:
+    paged = _offload_hook_holder(owner, module_path)  # the part whose hook pages this weight in
+    if paged is None:
         raise RuntimeError(f"{name} is on the meta device and no offload hook holds its data")
     from accelerate.utils import align_module_device
 
-    with align_module_device(holder):
+    with align_module_device(paged):
         return getattr(holder, leaf)
+
+
+def _offload_hook_holder(owner: nn.Module, module_path: str) -> nn.Module | None:
+    """The innermost module on `module_path` (itself or an ancestor) with an accelerate hook."""
+    parts = module_path.split(".") if module_path else []
+    for depth in range(len(parts), -1, -1):
+        module = owner.get_submodule(".".join(parts[:depth])) if depth else owner
+        if getattr(module, "_hf_hook", None) is not None:
+            return module
+    return None

@@ -20,6 +20,7 @@ from tests.helpers import tiny_gpt2
 
 from hooked import HookedTransformer  # noqa: E402
 from hooked.patching import get_act_patch_block_every  # noqa: E402
+from hooked.scale.dispatch import read_weight  # noqa: E402
 
 EXACT = dict(atol=0.0, rtol=0.0)  # offload moves the same tensors: nothing is recomputed differently
 REPO = Path(__file__).resolve().parents[2]
@@ -30,15 +31,22 @@ def _save(hf, path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def _tiny(name: str):
+    if name == "llama":
+        return tiny_hf("Llama", num_key_value_heads=2)
+    if name == "mixtral":  # an MoE reads its router's and experts' weights directly: each part pages all in
+        from tests.acceptance.test_moe_parity import CONFIGS, tiny_moe
+
+        prefix, overrides = CONFIGS["mixtral"]
+        return tiny_moe(prefix, **overrides)
+    return tiny_gpt2(n_positions=64, vocab_size=96)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2", "mixtral"])
 def pair(request, tmp_path_factory):
     """(plain model, offloaded model) from one tiny checkpoint."""
     root = tmp_path_factory.mktemp(request.param)
-    hf = (
-        tiny_hf("Llama", num_key_value_heads=2)
-        if request.param == "llama"
-        else tiny_gpt2(n_positions=64, vocab_size=96)
-    )
+    hf = _tiny(request.param)
     checkpoint = _save(hf, root / "ckpt")
     plain = HookedTransformer.from_pretrained(str(checkpoint))
     weights = sum(p.numel() * 4 for p in plain.parameters())
@@ -122,8 +130,12 @@ def test_activation_patching_helper_equals_the_plain_model(pair):
 
 def test_weight_views_and_factored_matrices_read_offloaded_weights(pair):
     plain, offloaded, _ = pair
-    for name in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "b_O", "W_E", "W_U"):
+    mlp = ("W_in", "W_out") if not plain.cfg.num_experts else ()  # MoE weights are per expert (read below)
+    for name in ("W_Q", "W_K", "W_V", "W_O", *mlp, "b_O", "W_E", "W_U"):
         torch.testing.assert_close(getattr(offloaded, name), getattr(plain, name), **EXACT, msg=name)
+    if plain.cfg.num_experts:
+        for name in ("blocks.1.mlp.W_gate.weight", "blocks.1.mlp.experts.2.W_in.weight"):
+            torch.testing.assert_close(read_weight(offloaded, name), plain.get_parameter(name), **EXACT, msg=name)
     torch.testing.assert_close(offloaded.OV.AB, plain.OV.AB, **EXACT)
     torch.testing.assert_close(
         offloaded.accumulated_bias(1, mlp_input=True), plain.accumulated_bias(1, mlp_input=True), **EXACT

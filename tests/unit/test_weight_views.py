@@ -156,3 +156,19 @@ def test_tokens_to_residual_directions_shapes(tokenizer):
     assert directions.shape == (2, 3, D) and torch.equal(directions[1, 2], W_U[:, 6])
     token = model.to_single_token(" the") if len(tokenizer.encode(" the")) == 1 else model.to_single_token("T")
     assert torch.equal(model.tokens_to_residual_directions(model.to_single_str_token(token)), W_U[:, token])
+
+
+def test_accumulated_bias_of_moe_models():
+    """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there is no constant."""
+    from tests.unit.circuits_models import make_model
+
+    model = make_model("moe")
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.b_O.normal_()
+    want = model.blocks[0].attn.b_O + model.blocks[1].attn.b_O
+    torch.testing.assert_close(model.accumulated_bias(1, mlp_input=True), want, atol=0, rtol=0)
+    gpt_oss = make_model("moe", swiglu_limit=7.0, norm_topk_prob=True)
+    with pytest.raises(NotImplementedError, match="include_mlp_biases=False"):
+        gpt_oss.accumulated_bias(1)
+    torch.testing.assert_close(gpt_oss.accumulated_bias(1, include_mlp_biases=False), gpt_oss.blocks[0].attn.b_O)
