@@ -34,8 +34,10 @@ def build(layers: int):
         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0,
     )  # fmt: skip
     torch.manual_seed(0)
-    with torch.device("cuda"):  # built in bf16 as from_pretrained(dtype=...) does: rotary frequencies stay float32
-        hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    # Built on the CPU in bf16, then moved, as from_pretrained(dtype=..., device_map="cuda") does: rotary
+    # frequencies are float32 and computed by the CPU's pow (built under torch.device("cuda"), HF would use
+    # the GPU's pow, one ulp off in places, and hooked, which computes them as from_pretrained, would differ)
+    hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to("cuda").eval()
     hf.generation_config.eos_token_id = None  # generate every token, as stop_at_eos=False does
     model = HookedTransformer.from_pretrained(
         "llama-1b-random", hf_model=hf, dtype=torch.bfloat16, device="cuda", **NO_PROCESSING
