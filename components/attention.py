@@ -63,6 +63,10 @@ def project(
     return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
 
 
+#: `scaled_dot_product_attention(..., enable_gqa=True)` exists from torch 2.5
+SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+
 class Attention(nn.Module):
     """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads."""
 
@@ -234,9 +238,17 @@ class Attention(nn.Module):
             mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype), False
         batch, n_queries, n_heads, d_head = q.shape
         kv_heads = k.shape[2]
-        if kv_heads != n_heads and n_queries == 1 and self.alibi_slopes is None:
+        grouped_kv = kv_heads != n_heads and self.alibi_slopes is None
+        if grouped_kv and mask is None and d_head == v.shape[-1] <= 256 and SDPA_HAS_GQA:
+            # HF's choice (`use_gqa_in_sdpa`): without a mask SDPA reads the shared K/V heads itself;
+            # the same call as HF's, so the same kernel and the same rounding
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=is_causal, scale=self.scale,
+                enable_gqa=True,
+            )  # fmt: skip
+        elif grouped_kv and n_queries == 1:
             # Decoding one token with GQA: the query heads sharing a K/V head act as that head's
-            # queries (their mask row is the same), so K/V are never repeated, as in HF.
+            # queries (their mask row is the same), so K/V are never repeated, as in HF (`pack_gqa`).
             grouped = q.reshape(batch, kv_heads, n_heads // kv_heads, d_head)  # [batch, kv_head, group, d_head]
             z = F.scaled_dot_product_attention(
                 grouped, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=self.scale
