@@ -43,7 +43,7 @@ from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
 from hooked.scale.stage_loading import Stage, owner_of
 from hooked.scale.stage_model import load_stage
 from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
-from hooked.validation import check_layer
+from hooked.validation import check_layer, check_no_text_for_residual, check_token_shape, mask_dtype_check
 
 logger = logging.getLogger(__name__)
 
@@ -121,25 +121,34 @@ class PipelineTransformer(HookedTransformer):
 
         `micro_batches` (default `self.micro_batches`) cuts the batch into that many slices;
         with a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
-        the stages after that layer stay idle and its owner broadcasts the residual.
+        the stages after that layer stay idle and its owner broadcasts the residual; with
+        `start_at_layer` rank 0 sends the residual to the owner of that block and the stages
+        before it stay idle (gradients then stay on each rank: nothing is sent back).
         """
-        if start_at_layer is not None or shortformer_pos_embed is not None:
-            raise InputError("a pipelined model starts from the input: start_at_layer is not supported")
-        stop = self._stop_layer(stop_at_layer)
+        if shortformer_pos_embed is not None:
+            raise InputError("shortformer_pos_embed is not supported on a pipelined model")
+        start, stop = self._layer_arg(start_at_layer, "start_at_layer"), self._layer_arg(stop_at_layer, "stop_at_layer")
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
         if logits_to_keep and return_type in ("loss", "both"):
             raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
         if past_kv_cache is not None:
             self._release_other_stages_kv(past_kv_cache)
-        residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step)
+        residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start, tokens)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
         slices = _micro_slices(residual_batch(state), n_micro)
-        track = torch.is_grad_enabled() and stop is None  # gradients cross ranks
+        track = torch.is_grad_enabled() and stop is None and start is None  # gradients cross ranks
         end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
+        start_rank = 0 if start is None else self._owner_of_block(start)
+        if start is not None and start_rank != 0:  # rank 0 sends the residual to the stage that starts
+            if self.rank == 0:
+                send_tensor(residual, start_rank, self.device)  # [batch, pos, d_model]
+            elif self.rank == start_rank:
+                residual = recv_tensor(0, self.cfg.dtype, self.device)
         error, result, stage_outs = self._run_stages(
-            residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, stop, end_rank
-        )
+            residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, (start, stop),
+            (start_rank, end_rank),
+        )  # fmt: skip
         agree(error, "pipelined forward")
         self.forward_state = state
         if past_kv_cache is not None and not past_kv_cache.frozen:
@@ -163,14 +172,18 @@ class PipelineTransformer(HookedTransformer):
                 entry._keys = entry._keys[:, :0].clone()  # [batch, 0, kv_head, d_head]
                 entry._values = entry._values[:, :0].clone()
 
-    def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step):
-        """Rank 0 embeds; every rank gets the tokens and mask and builds the same `ForwardState`."""
+    def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start=None, tokens=None):
+        """Rank 0 embeds (or takes the residual entering block `start`); every rank gets the tokens and
+        mask and builds the same `ForwardState`."""
         residual, info = None, None
         if self.stage.is_first:
             try:
-                residual, tokens, _, mask = self.input_to_embed(
-                    input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
-                )
+                if start is None:
+                    residual, tokens, _, mask = self.input_to_embed(
+                        input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
+                    )
+                else:
+                    residual, mask = self._residual_input(input, start, tokens, attention_mask)
                 batch, n_new = residual.shape[:2]
                 info = dict(batch=batch, n_new=n_new, mask=mask, tokens=tokens)
             except Exception as e:  # reported to every rank below
@@ -178,43 +191,59 @@ class PipelineTransformer(HookedTransformer):
         info = broadcast_object(info, 0)
         if isinstance(info, str):
             raise PipelineError(f"pipelined forward: {info}") from (first_error if self.stage.is_first else None)
-        if not self.stage.is_first:
+        if not self.stage.is_first or start is not None:  # (rank 0's embedding built its state already)
             mask = None if info["mask"] is None else info["mask"].to(self.device)
             self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
             self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
         return residual, self.forward_state
 
-    def _stop_layer(self, stop_at_layer: int | None) -> int | None:
-        if stop_at_layer is None:
+    def _residual_input(self, residual, start: int, tokens, attention_mask):
+        """`(residual, mask)` for `start_at_layer`, checked as `HookedTransformer.forward` checks them."""
+        check_no_text_for_residual(residual, start, self.cfg.d_model)
+        if tokens is not None:
+            check_token_shape(tokens, "tokens")
+        residual = residual.to(self.device, self.cfg.dtype)  # [batch, pos, d_model]: what the stages exchange
+        return residual, None if attention_mask is None else mask_dtype_check(attention_mask).long()
+
+    def _layer_arg(self, layer: int | None, name: str) -> int | None:
+        if layer is None:
             return None
-        check_layer(stop_at_layer, "stop_at_layer", -self.cfg.n_layers, self.cfg.n_layers)
-        return stop_at_layer + self.cfg.n_layers if stop_at_layer < 0 else stop_at_layer
+        check_layer(layer, name, -self.cfg.n_layers, self.cfg.n_layers)
+        return layer + self.cfg.n_layers if layer < 0 else layer
+
+    def _owner_of_block(self, layer: int) -> int:
+        """The rank running block `layer` (the last rank, holding `ln_final`, for `n_layers`)."""
+        if layer >= self.cfg.n_layers:
+            return self.stage.world_size - 1
+        return owner_of(f"blocks.{layer}", self.stage.world_size, self.cfg.n_layers)
 
     def _owner_of_residual(self, stop: int) -> int:
         """The rank holding the residual that enters block `stop` (the embedding's rank for 0)."""
         return 0 if stop == 0 else owner_of(f"blocks.{stop - 1}", self.stage.world_size, self.cfg.n_layers)
 
-    def _run_stages(self, residual, state, slices, head_args, track, stop, end_rank):
+    def _run_stages(self, residual, state, slices, head_args, track, layers, ranks):
         """This rank's part of every micro-batch; returns `(error or None, end stage's result, sent slices)`.
 
-        The pipeline ends at `end_rank` (the last rank, or the owner of `stop`'s residual);
-        later ranks stay idle. With `track`, each received slice records a `SendGradBack`
-        node (see pipeline_grad.py).
+        `layers` is `(start, stop)` (None for the model's ends). The pipeline runs from
+        `start_rank` (rank 0, or the owner of block `start`) to `end_rank` (the last rank, or
+        the owner of `stop`'s residual); other ranks stay idle. With `track`, each received
+        slice records a `SendGradBack` node (see pipeline_grad.py).
         """
         return_type, loss_per_token, logits_to_keep = head_args
-        if self.rank > end_rank:
+        (start, stop), (start_rank, end_rank) = layers, ranks
+        if not start_rank <= self.rank <= end_rank:
             return None, None, []
-        is_end = self.rank == end_rank
+        is_start, is_end = self.rank == start_rank, self.rank == end_rank
         error, upstream_failed, outs, sent = None, False, [], []
-        mailbox = GradMailbox(len(slices), self.rank - 1, self.device) if track and not self.stage.is_first else None
+        mailbox = GradMailbox(len(slices), self.rank - 1, self.device) if track and not is_start else None
         for i, sl in enumerate(slices):
-            x = residual[sl] if self.stage.is_first else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
+            x = residual[sl] if is_start else recv_tensor(self.rank - 1, self.cfg.dtype, self.device)
             upstream_failed = upstream_failed or x is None
             if mailbox is not None and x is not None:
                 x = SendGradBack.apply(x.requires_grad_(), mailbox, i)
             if error is None and not upstream_failed:
                 try:
-                    x = self._run_blocks(x, _slice_state(state, sl), stop)
+                    x = self._run_blocks(x, _slice_state(state, sl), start, stop)
                     if is_end and stop is not None:
                         outs.append(x)
                     elif is_end and return_type is not None:
@@ -235,9 +264,11 @@ class PipelineTransformer(HookedTransformer):
                 error = e
         return error, result, sent if error is None and not upstream_failed else []
 
-    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, stop=None) -> torch.Tensor:
+    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, start=None, stop=None):
         self.forward_state = state
         for layer in self.stage.layers:
+            if start is not None and layer < start:
+                continue
             if stop is not None and layer >= stop:
                 break
             x = self.blocks[layer](x, state, None)  # [batch, pos, d_model]

@@ -48,6 +48,13 @@ def checks(model) -> dict:
     out["logits_micro"] = model(toks, micro_batches=2) if getattr(model, "is_pipeline", False) else out["logits"]
     out["loss"] = model(toks, return_type="loss")
     out["stop0"], out["stop2"], out["stop_neg"] = (model(toks, stop_at_layer=s) for s in (0, 2, -1))
+    # start_at_layer: the residual entering block 2 (and 0, n_layers) run through the rest, as in one process
+    out["start2"] = model(out["stop2"], start_at_layer=2)
+    out["start2_loss"] = model(out["stop2"], start_at_layer=2, tokens=toks, return_type="loss")
+    out["start0_to_3"] = model(out["stop0"], start_at_layer=0, stop_at_layer=3)
+    out["start_last"] = model(model(toks, stop_at_layer=n_layers), start_at_layer=n_layers)
+    micro = {"micro_batches": 2} if getattr(model, "is_pipeline", False) else {}
+    out["start2_micro"] = model(out["stop2"], start_at_layer=2, **micro)
     _, stopped = model.run_with_cache(toks, stop_at_layer=2)
     out["stopped_cache"] = stopped["blocks.1.hook_resid_post"]
     out["edited"] = model.run_with_hooks(toks, fwd_hooks=edit_hooks(n_layers))
