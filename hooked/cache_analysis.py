@@ -266,7 +266,7 @@ class CacheAnalysisMixin:
             logger.warning("compute_head_results: head results are already cached")
         for l in missing:
             z = self["z", l]  # [*batch_and_pos, head, d_head]
-            W_O = self.model.blocks[l].attn.W_O  # [head, d_head, d_model]
+            W_O = self.model.block_weight(l, "attn.W_O")  # [head, d_head, d_model]
             with torch.set_grad_enabled(z.requires_grad and torch.is_grad_enabled()):
                 result = torch.einsum("...hd,hdm->...hm", z, W_O.to(z.dtype))  # [*batch_and_pos, head, d_model]
             self.cache_dict[f"blocks.{l}.attn.hook_result"] = result
@@ -338,7 +338,7 @@ class CacheAnalysisMixin:
         self._check_dense_mlp()
         acts = pos_slice.apply(self["post", layer], dim=-2)  # [*bp, d_mlp]
         acts = neuron_slice.apply(acts, dim=-1)
-        W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
+        W_out = neuron_slice.apply(self.model.block_weight(layer, "mlp.W_out"), dim=0)  # [neuron, d_model]
         if freeze_post_norm and self._post_norm(layer, "mlp") is not None:
             writes = self._freeze_post_norm(acts[..., None] * W_out, layer, "mlp", pos_slice)  # [*bp, neuron, d_model]
             return writes if project_output_onto is None else writes @ project_output_onto.to(writes.dtype)
@@ -360,7 +360,7 @@ class CacheAnalysisMixin:
         post_norm: nn.Module | None = None,
     ) -> Float[torch.Tensor, "neuron out"]:
         """Per-neuron output direction: through a post norm's gain, then centered if the reading norm centers."""
-        W_out = neuron_slice.apply(self.model.blocks[layer].mlp.W_out, dim=0)  # [neuron, d_model]
+        W_out = neuron_slice.apply(self.model.block_weight(layer, "mlp.W_out"), dim=0)  # [neuron, d_model]
         if post_norm is not None:
             W_out = _through_norm_gain(W_out, post_norm)
         if isinstance(reader_norm, LayerNormPre):

@@ -17,24 +17,32 @@ from hooked.validation import check_token_range
 class WeightViewsMixin:
     """Needs `self.cfg`, `self.embed`, `self.unembed`, `self.blocks` (and `self.pos_embed`)."""
 
+    def block_weight(self, layer: int, name: str) -> torch.Tensor:
+        """`blocks[layer].<name>` (e.g. `"attn.W_O"`), paged in if offloaded (a pipeline fetches it from its rank)."""
+        return read_weight(self.blocks[layer], name)
+
+    def part_weight(self, part: str, name: str) -> torch.Tensor:
+        """`<part>.<name>` of a non-block part (`"embed"`, `"pos_embed"`, `"unembed"`), as `block_weight`."""
+        return read_weight(getattr(self, part), name)
+
     def _stack(self, module: str, name: str) -> torch.Tensor:
         if module == "mlp" and self.cfg.num_experts:
             raise NotImplementedError(
                 f"{name} of a mixture-of-experts model is per expert: read blocks[l].mlp.experts[e].{name}.weight "
                 "(nn.Linear layout, [out, in]); the router is blocks[l].mlp.W_gate.weight [num_experts, d_model]"
             )
-        tensors = [read_weight(block, f"{module}.{name}") for block in self.blocks]
+        tensors = [self.block_weight(layer, f"{module}.{name}") for layer in range(self.cfg.n_layers)]
         return torch.stack([t.to(tensors[0].device) for t in tensors], dim=0)  # one device on a split model
 
     @property
     def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
-        return read_weight(self.embed, "W_E")
+        return self.part_weight("embed", "W_E")
 
     @property
     def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
         if not hasattr(self, "pos_embed"):
             raise AttributeError(f"W_pos exists only for absolute positions, not {self.cfg.positional_embedding_type!r}")
-        return read_weight(self.pos_embed, "W_pos")
+        return self.part_weight("pos_embed", "W_pos")
 
     @property
     def W_E_pos(self) -> Float[torch.Tensor, "d_vocab_plus_n_ctx d_model"]:
@@ -43,11 +51,11 @@ class WeightViewsMixin:
 
     @property
     def W_U(self) -> Float[torch.Tensor, "d_model d_vocab_out"]:
-        return read_weight(self.unembed, "W_U")
+        return self.part_weight("unembed", "W_U")
 
     @property
     def b_U(self) -> Float[torch.Tensor, "d_vocab_out"]:
-        return read_weight(self.unembed, "b_U")
+        return self.part_weight("unembed", "b_U")
 
     W_Q = property(lambda self: self._stack("attn", "W_Q"), doc="[n_layers, n_heads, d_model, d_head]")
     W_K = property(lambda self: self._stack("attn", "W_K"), doc="[n_layers, n_heads, d_model, d_head]")
@@ -108,11 +116,11 @@ class WeightViewsMixin:
                 "bias: pass include_mlp_biases=False"
             )
         for i in range(layer):
-            total = total + read_weight(self.blocks[i], "attn.b_O").to(total.device)
+            total = total + self.block_weight(i, "attn.b_O").to(total.device)
             if mlp_biases and not self.cfg.num_experts:  # bias-free experts (Mixtral, Qwen-MoE, OLMoE) add none
-                total = total + read_weight(self.blocks[i], "mlp.b_out").to(total.device)
+                total = total + self.block_weight(i, "mlp.b_out").to(total.device)
         if mlp_input:
-            total = total + read_weight(self.blocks[layer], "attn.b_O").to(total.device)
+            total = total + self.block_weight(layer, "attn.b_O").to(total.device)
         return total
 
     def tokens_to_residual_directions(self, tokens) -> Float[torch.Tensor, "... d_model"]:

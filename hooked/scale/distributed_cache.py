@@ -42,6 +42,11 @@ class DistributedCacheDict(Mapping):
             self.fetched[name] = local if self.rank == owner else shared
         return self.fetched[name]
 
+    def __setitem__(self, name: str, value: torch.Tensor) -> None:
+        """A value every rank computed alike (SPMD; e.g. `compute_head_results`): kept here, read without a collective."""
+        self.fetched[name] = value
+        self.owner.setdefault(name, self.rank)
+
     def __contains__(self, name) -> bool:
         return name in self.owner
 

@@ -345,16 +345,27 @@ class PipelineTransformer(HookedTransformer):
             cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
         return out, cache
 
-    def tokens_to_residual_directions(self, tokens):
-        """Collective: the unembedding directions, computed on the last stage and broadcast."""
-        result, error = None, None
-        if self.stage.is_last:
+    # -- weights of other stages ---------------------------------------------------------------
+    def _from_rank(self, owner: int, read, what: str) -> torch.Tensor:
+        """Collective: `read()` on rank `owner`, broadcast to every rank."""
+        value, error = None, None
+        if self.rank == owner:
             try:
-                result = super().tokens_to_residual_directions(tokens)
-            except Exception as e:
+                value = read()
+            except Exception as e:  # reported to every rank
                 error = e
-        agree(error, "tokens_to_residual_directions")
-        return broadcast_tensor(result, self.stage.world_size - 1, self.device)
+        agree(error, what)
+        return broadcast_tensor(value, owner, self.device)
+
+    def block_weight(self, layer: int, name: str) -> torch.Tensor:
+        """Collective: `blocks[layer].<name>` from the rank running that block (weight views, cache methods)."""
+        owner = self._owner_of_block(layer)
+        return self._from_rank(owner, lambda: super(PipelineTransformer, self).block_weight(layer, name), name)
+
+    def part_weight(self, part: str, name: str) -> torch.Tensor:
+        """Collective: the embedding's weights from rank 0, the unembedding's from the last rank."""
+        owner = 0 if part in ("embed", "pos_embed") else self.stage.world_size - 1
+        return self._from_rank(owner, lambda: super(PipelineTransformer, self).part_weight(part, name), f"{part}.{name}")
 
 
 def residual_batch(state: ForwardState) -> int:

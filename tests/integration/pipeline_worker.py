@@ -71,6 +71,13 @@ def checks(model) -> dict:
     decomposed = cache.decompose_resid(apply_ln=True)
     out["decomposed"] = decomposed
     out["logit_attrs"] = cache.logit_attrs(decomposed, tokens=toks[:, -1], incorrect_tokens=toks[:, -2])
+    # weight views and cache methods that read every stage's weights (fetched from their ranks)
+    out["W_Q"], out["W_O"], out["W_E"], out["W_U"] = model.W_Q, model.W_O, model.W_E, model.W_U
+    out["OV"] = model.OV.AB
+    out["accumulated_bias"] = model.accumulated_bias(n_layers - 1, mlp_input=True)
+    if not model.cfg.use_normalization_before_and_after and not model.cfg.num_experts:
+        out["head_results"] = cache.stack_head_results(layer=-1)
+        out["neuron_results"] = cache.get_neuron_results(1)
     resid_names = ("blocks.0.hook_resid_pre", f"blocks.{n_layers - 1}.hook_resid_post")
     _, grads = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter=lambda n: n in resid_names)
     out["grad_first"], out["grad_last"] = (grads[name + "_grad"] for name in resid_names)
