@@ -34,11 +34,12 @@ def has_post_sublayer_norms(cfg) -> bool:
     )
 
 
-def _through_norm_gain(writes: Float[torch.Tensor, "... d_model"], norm: nn.Module) -> torch.Tensor:
+def _through_norm_gain(
+    writes: Float[torch.Tensor, "... d_model"], centers: bool, gain: torch.Tensor | None
+) -> torch.Tensor:
     """What a norm does to its input after the division by its scale: centering (LayerNorm), then the gain."""
-    if isinstance(norm, LayerNormPre):
+    if centers:
         writes = writes - writes.mean(-1, keepdim=True)
-    gain = getattr(norm, "w", None)
     return writes if gain is None else writes * gain.to(writes.dtype)
 
 
@@ -145,25 +146,36 @@ class CacheAnalysisMixin:
         frozen = self._post_norm_scale(layer, sublayer, pos_slice)
         if frozen is None:
             return writes
-        norm, scale = frozen
+        centers, gain, scale = frozen
         writes = writes / scale[..., None, :].to(writes.dtype)  # [*batch_and_pos, n, d_model]
-        return _through_norm_gain(writes, norm)
+        return _through_norm_gain(writes, centers, gain)
 
     def _post_norm_scale(
         self, layer: int, sublayer: Literal["attn", "mlp"], pos_slice: Slice
-    ) -> tuple[nn.Module, Float[torch.Tensor, "*batch_and_pos 1"]] | None:
-        """`layer`'s post-sublayer norm and its cached scale (None without post-sublayer norms)."""
+    ) -> tuple[bool, torch.Tensor | None, Float[torch.Tensor, "*batch_and_pos 1"]] | None:
+        """`(centers, gain, cached scale)` of `layer`'s post-sublayer norm (None without post-sublayer norms).
+
+        The gain is read with `model.block_weight` (paged in if offloaded; from its rank in a pipeline).
+        """
         post = self._post_norm(layer, sublayer)
         if post is None:
             return None
         norm, key = post
         self._require([key], f"per-{'head' if sublayer == 'attn' else 'neuron'} results behind post-sublayer norms")
-        if getattr(norm, "b", None) is not None and bool(norm.b.detach().ne(0).any()):
+        name = key.removesuffix(".hook_scale").removeprefix(f"blocks.{layer}.")
+        bias = self._norm_weight(norm, layer, name, "b")
+        if bias is not None and bool(bias.detach().ne(0).any()):
             raise NotImplementedError(
                 f"{key.rsplit('.', 1)[0]} has a bias, which belongs to no single head or neuron: "
                 "pass freeze_post_norm=False for the raw pre-norm results"
             )
-        return norm, pos_slice.apply(self.cache_dict[key], dim=-2)  # [*batch_and_pos, 1]
+        gain = self._norm_weight(norm, layer, name, "w")
+        return isinstance(norm, LayerNormPre), gain, pos_slice.apply(self.cache_dict[key], dim=-2)  # [*bp, 1]
+
+    def _norm_weight(self, norm: nn.Module, layer: int, name: str, leaf: str) -> torch.Tensor | None:
+        if not isinstance(getattr(norm, leaf, None), torch.Tensor):
+            return None
+        return self.model.block_weight(layer, f"{name}.{leaf}")
 
     # -- residual stream stacks ----------------------------------------------------------
     def accumulated_resid(
@@ -357,12 +369,12 @@ class CacheAnalysisMixin:
         neuron_slice: Slice,
         project_2d: torch.Tensor | None,
         reader_norm: nn.Module | None,
-        post_norm: nn.Module | None = None,
+        post_norm: tuple[bool, torch.Tensor | None] | None = None,
     ) -> Float[torch.Tensor, "neuron out"]:
-        """Per-neuron output direction: through a post norm's gain, then centered if the reading norm centers."""
+        """Per-neuron output direction: through a post norm (`(centers, gain)`), then centered if the reader centers."""
         W_out = neuron_slice.apply(self.model.block_weight(layer, "mlp.W_out"), dim=0)  # [neuron, d_model]
         if post_norm is not None:
-            W_out = _through_norm_gain(W_out, post_norm)
+            W_out = _through_norm_gain(W_out, *post_norm)
         if isinstance(reader_norm, LayerNormPre):
             W_out = W_out - W_out.mean(-1, keepdim=True)
         return W_out if project_2d is None else W_out @ project_2d.to(W_out.dtype)
@@ -407,8 +419,8 @@ class CacheAnalysisMixin:
                 acts = acts / scale
             frozen = self._post_norm_scale(l, "mlp", pos_slice) if freeze_post_norm else None
             if frozen is not None:
-                acts = acts / frozen[1].to(acts.dtype)
-            post_norm = None if frozen is None else frozen[0]
+                acts = acts / frozen[2].to(acts.dtype)
+            post_norm = None if frozen is None else frozen[:2]
             per_layer.append(acts[..., None] * self._neuron_write(l, neuron_slice, project_2d, norm if ln_folded else None, post_norm))
         out_dim = self.model.cfg.d_model if project_2d is None else project_2d.shape[-1]
         if per_layer:
@@ -524,8 +536,9 @@ class CacheAnalysisMixin:
         """A bias behind a post-sublayer norm is scaled per position: no `[d_model]` bias term describes it."""
         for l in range(layers):
             block = self.model.blocks[l]
-            biases = [block.attn.b_O] + ([] if self.model.cfg.attn_only else [getattr(block.mlp, "b_out", None)])
-            if any(b is not None and bool(b.detach().ne(0).any()) for b in biases):
+            names = ["attn.b_O"] + ([] if self.model.cfg.attn_only or not hasattr(block.mlp, "b_out") else ["mlp.b_out"])
+            biases = [self.model.block_weight(l, name) for name in names]  # paged in / from their rank
+            if any(bool(b.detach().ne(0).any()) for b in biases):
                 raise NotImplementedError(
                     f"layer {l} adds output biases before its post-sublayer norm, so they scale with each position; "
                     "use decompose_resid (whole sublayers) or freeze_post_norm=False"

@@ -75,9 +75,10 @@ def checks(model) -> dict:
     out["W_Q"], out["W_O"], out["W_E"], out["W_U"] = model.W_Q, model.W_O, model.W_E, model.W_U
     out["OV"] = model.OV.AB
     out["accumulated_bias"] = model.accumulated_bias(n_layers - 1, mlp_input=True)
-    if not model.cfg.use_normalization_before_and_after and not model.cfg.num_experts:
+    if not model.cfg.num_experts:  # (Gemma-3: through its post-sublayer norms, gains from their ranks)
         out["head_results"] = cache.stack_head_results(layer=-1)
         out["neuron_results"] = cache.get_neuron_results(1)
+        out["full_decomposition"] = cache.get_full_resid_decomposition()
     resid_names = ("blocks.0.hook_resid_pre", f"blocks.{n_layers - 1}.hook_resid_post")
     _, grads = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter=lambda n: n in resid_names)
     out["grad_first"], out["grad_last"] = (grads[name + "_grad"] for name in resid_names)

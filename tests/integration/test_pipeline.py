@@ -134,9 +134,10 @@ def _compare(got: dict, want: dict, name: str, rank: int) -> None:
                 "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro", "grad_first", "grad_last", "grad_first_micro",
                 "grad_last_micro", "generate_cache_resid", "generate_cache_pattern", "generate_cache_accumulated",
                 "W_Q", "W_O", "W_E", "W_U", "OV", "accumulated_bias", "head_results", "neuron_results",
+                "full_decomposition",
                 "stop0", "stop2", "start2", "start2_loss", "start0_to_3", "start_last", "start2_micro",
                 "stop_neg", "stopped_cache"):  # fmt: skip
-        if key not in want:  # (head and neuron results: families without post-norms or experts)
+        if key not in want:  # (head and neuron results: families without experts)
             continue
         torch.testing.assert_close(got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}")
     for key in ("greedy", "sampled", "sampled_no_cache"):
