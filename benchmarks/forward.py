@@ -115,7 +115,7 @@ def bundled(name: str = "smollm2-135m"):
     from transformers import AutoModelForCausalLM
 
     from hooked import HookedTransformer
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     path = bundled_checkpoint_dir(name)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

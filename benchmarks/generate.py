@@ -36,7 +36,7 @@ def load_models(name: str = "smollm2-135m"):
     import transformers
 
     from hooked import HookedTransformer
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     model = HookedTransformer.from_pretrained(name, **NO_PROCESSING)
     path = bundled_checkpoint_dir(name)

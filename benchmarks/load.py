@@ -38,7 +38,7 @@ import json, resource, time
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from hooked import HookedTransformer
-from loading.bundled import bundled_checkpoint_dir
+from hooked.loading.bundled import bundled_checkpoint_dir
 
 def rss():
     with open("/proc/self/statm") as f:

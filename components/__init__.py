@@ -4,13 +4,13 @@ Each module computes exactly what its HuggingFace counterpart computes, with a
 `HookPoint` on every intermediate activation.
 """
 
-from components.attention import Attention, GroupedQueryAttention
-from components.embed import Embed, PosEmbed
-from components.forward_state import ForwardState
-from components.mlp import MLP, GatedMLP
-from components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
-from components.transformer_block import TransformerBlock
-from components.unembed import Unembed
+from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.embed import Embed, PosEmbed
+from hooked.components.forward_state import ForwardState
+from hooked.components.mlp import MLP, GatedMLP
+from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+from hooked.components.transformer_block import TransformerBlock
+from hooked.components.unembed import Unembed
 
 __all__ = [
     "Attention",

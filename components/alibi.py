@@ -18,7 +18,7 @@ import math
 import torch
 from jaxtyping import Float
 
-from components.forward_state import ForwardState
+from hooked.components.forward_state import ForwardState
 
 
 def alibi_slopes(n_heads: int) -> Float[torch.Tensor, "head"]:

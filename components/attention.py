@@ -16,11 +16,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components import alibi
-from components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
-from components.forward_state import ForwardState
-from components.qk_norm import apply_qk_norm, make_qk_norm
-from components.rotary import (
+from hooked.components import alibi
+from hooked.components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
+from hooked.components.forward_state import ForwardState
+from hooked.components.qk_norm import apply_qk_norm, make_qk_norm
+from hooked.components.rotary import (
     apply_rotary,
     layer_rotary_parameters,
     length_dependent,

@@ -18,12 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components.activations import get_activation
-from components.attention import Attention
-from components.embed import Embed, PosEmbed
-from components.forward_state import ForwardState
-from components.mlp import MLP, linear
-from components.norms import LayerNorm
+from hooked.components.activations import get_activation
+from hooked.components.attention import Attention
+from hooked.components.embed import Embed, PosEmbed
+from hooked.components.forward_state import ForwardState
+from hooked.components.mlp import MLP, linear
+from hooked.components.norms import LayerNorm
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

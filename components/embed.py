@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components.norms import LayerNorm
+from hooked.components.norms import LayerNorm
 from hooked.config import HookedTransformerConfig
 
 

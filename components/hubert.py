@@ -16,11 +16,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components.activations import get_activation
-from components.forward_state import ForwardState
-from components.mlp import linear
-from components.norms import LayerNorm
-from components.transformer_block import TransformerBlock
+from hooked.components.activations import get_activation
+from hooked.components.forward_state import ForwardState
+from hooked.components.mlp import linear
+from hooked.components.norms import LayerNorm
+from hooked.components.transformer_block import TransformerBlock
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

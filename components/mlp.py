@@ -7,9 +7,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from components.activations import get_activation
-from components.norms import LayerNorm, LayerNormPre
-from components.xielu import XIELU
+from hooked.components.activations import get_activation
+from hooked.components.norms import LayerNorm, LayerNormPre
+from hooked.components.xielu import XIELU
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

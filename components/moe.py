@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components.activations import get_activation
+from hooked.components.activations import get_activation
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from components.transformer_block import TransformerBlock
+from hooked.components.transformer_block import TransformerBlock
 
 
 class PostNormBlock(TransformerBlock):

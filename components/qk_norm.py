@@ -18,7 +18,7 @@ from jaxtyping import Float
 import torch.nn as nn
 import torch.nn.functional as F
 
-from components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
+from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
 from hooked.config import HookedTransformerConfig
 
 

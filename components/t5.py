@@ -16,9 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from components.attention import Attention, project
-from components.mlp import MLP, GatedMLP
-from components.norms import RMSNorm
+from hooked.components.attention import Attention, project
+from hooked.components.mlp import MLP, GatedMLP
+from hooked.components.norms import RMSNorm
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

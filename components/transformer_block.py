@@ -6,11 +6,11 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components.attention import Attention, GroupedQueryAttention
-from components.forward_state import ForwardState
-from components.mlp import MLP, GatedMLP
-from components.moe import make_moe
-from components.norms import make_norm
+from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.forward_state import ForwardState
+from hooked.components.mlp import MLP, GatedMLP
+from hooked.components.moe import make_moe
+from hooked.components.norms import make_norm
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 

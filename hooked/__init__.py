@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from hooked._version import __version__
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookedRootModule, HookNotEnabledError, HookPoint, HookShapeError, LensHandle
 from hooked.utils import get_act_name
@@ -47,4 +48,4 @@ __all__ = [
     "LensHandle",
     "get_act_name",
 ]
-__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]
+__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder", "__version__"]

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components.norms import LayerNormPre
+from hooked.components.norms import LayerNormPre
 from hooked.errors import InputError, MissingHooksError
 from hooked.validation import check_layer
 from hooked.utils import Slice, SliceInput

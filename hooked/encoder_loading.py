@@ -15,7 +15,7 @@ HUB_KWARGS = ("revision", "cache_dir", "token")
 
 def checkpoint_directory(model_name: str, **kwargs: Any) -> Path | None:
     """The local directory of a checkpoint (for files besides the weights), or None if there is none."""
-    from loading.pretrained import _local_directory
+    from hooked.loading.pretrained import _local_directory
 
     try:
         return _local_directory(model_name, **{k: kwargs[k] for k in HUB_KWARGS if k in kwargs})
@@ -31,7 +31,7 @@ def checkpoint_source(architecture, model_name: str, hf_model=None, dtype=torch.
     """
     from hooked.config import HookedTransformerConfig
     from hooked.validation import to_dtype
-    from loading.pretrained import hf_architecture, resolve_source
+    from hooked.loading.pretrained import hf_architecture, resolve_source
 
     if kwargs.get("load_in_8bit") or kwargs.get("load_in_4bit"):
         raise ValueError("Quantized loading is not supported; load in float32 or bfloat16")

@@ -11,14 +11,14 @@ percent of a small model's generation time on CPU.
 registered name. Normal lookup finds it and it reads the same dicts directly, so an
 attribute behaves exactly as before (assignment, `del`, `hasattr`, the error for a
 missing name) and only gets cheaper. It touches only classes defined in this project
-(`components`, `hooked`), never a user's own module classes.
+(the `hooked` package), never a user's own module classes.
 """
 
 from __future__ import annotations
 
 import torch.nn as nn
 
-OWN_PACKAGES = ("components", "hooked")
+OWN_PACKAGES = ("hooked",)  # components/ and loading/ install as hooked.components, hooked.loading
 
 
 class RegisteredAttribute:

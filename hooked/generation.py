@@ -35,7 +35,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from tqdm.auto import tqdm
 
-from components.rotary import longrope_switches
+from hooked.components.rotary import longrope_switches
 from hooked.activation_cache import ActivationCache
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache
 from hooked.sampling import (token_counts, apply_repetition_penalty, apply_freq_penalty, top_k_filter, top_p_filter, sample_next_token, _check_sampling)  # noqa: F401  (re-exported)

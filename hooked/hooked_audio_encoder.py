@@ -17,9 +17,9 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components.forward_state import ForwardState
-from components.hubert import AudioFrontendConfig, FeatureExtractor, FeatureProjection, HubertBlock, PositionalConv, frame_mask
-from components.norms import LayerNorm
+from hooked.components.forward_state import ForwardState
+from hooked.components.hubert import AudioFrontendConfig, FeatureExtractor, FeatureProjection, HubertBlock, PositionalConv, frame_mask
+from hooked.components.norms import LayerNorm
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
 from hooked.encoder_weights import StackedWeights
@@ -172,7 +172,7 @@ class HookedAudioEncoder(StackedWeights, HookedRootModule):
     ) -> HookedAudioEncoder:
         """Load a `HubertModel` checkpoint (a local directory, a hub name cached offline, or `hf_model=`)."""
         from hooked.encoder_loading import checkpoint_directory, checkpoint_source, finish_loading
-        from loading.hubert import HUBERT, convert_hubert_weights, hubert_frontend_config
+        from hooked.loading.hubert import HUBERT, convert_hubert_weights, hubert_frontend_config
 
         if checkpoint_index is not None or checkpoint_value is not None:
             raise ValueError("HuBERT has no training checkpoints to choose from")

@@ -17,8 +17,8 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, encoder_state
-from components.unembed import Unembed
+from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, encoder_state
+from hooked.components.unembed import Unembed
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
 from hooked.errors import InputError, TokenError
@@ -51,7 +51,7 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
         if cfg.n_devices != 1:
             raise InputError("HookedEncoder runs on one device: set n_devices=1")
         if tokenizer is None and cfg.tokenizer_name is not None:
-            from loading import load_tokenizer
+            from hooked.loading import load_tokenizer
 
             tokenizer = load_tokenizer(cfg.tokenizer_name)
         self.tokenizer = tokenizer
@@ -109,7 +109,7 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
         `model.missing_heads` and refuse to run. No weight processing is applied (post-LN
         blocks have nothing to fold), as in TransformerLens.
         """
-        from loading.encoders import load_encoder
+        from hooked.loading.encoders import load_encoder
 
         if checkpoint_index is not None or checkpoint_value is not None:
             raise NotImplementedError("HookedEncoder has no training checkpoints to choose from: drop checkpoint_*")

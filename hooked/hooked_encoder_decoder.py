@@ -18,10 +18,10 @@ import torch.nn as nn
 import tqdm
 from jaxtyping import Float, Int
 
-from components.embed import Embed
-from components.norms import RMSNorm
-from components.t5 import T5Block
-from components.unembed import Unembed
+from hooked.components.embed import Embed
+from hooked.components.norms import RMSNorm
+from hooked.components.t5 import T5Block
+from hooked.components.unembed import Unembed
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
 from hooked.encoder_weights import StackedWeights
@@ -252,8 +252,8 @@ class HookedEncoderDecoder(StackedWeights, HookedRootModule):
     ) -> HookedEncoderDecoder:
         """Load a T5 checkpoint (a local directory, a hub name cached offline, or `hf_model=`)."""
         from hooked.encoder_loading import checkpoint_source, finish_loading
-        from loading.checkpoint import load_tokenizer
-        from loading.t5 import T5
+        from hooked.loading.checkpoint import load_tokenizer
+        from hooked.loading.t5 import T5
 
         if checkpoint_index is not None or checkpoint_value is not None:
             raise ValueError("T5 has no training checkpoints to choose from")

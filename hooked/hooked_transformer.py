@@ -14,10 +14,10 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components import Embed, PosEmbed, Unembed
-from components.post_norm_block import block_class
-from components.forward_state import ForwardState
-from components.norms import make_norm
+from hooked.components import Embed, PosEmbed, Unembed
+from hooked.components.post_norm_block import block_class
+from hooked.components.forward_state import ForwardState
+from hooked.components.norms import make_norm
 from hooked import generation as _generation
 from hooked.activation_cache import ActivationCache
 from hooked.config import HookedTransformerConfig
@@ -90,7 +90,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         self.tokenizer = None
         self.default_padding_side = default_padding_side
         if tokenizer is None and cfg.tokenizer_name is not None:
-            from loading import load_tokenizer
+            from hooked.loading import load_tokenizer
 
             tokenizer = load_tokenizer(cfg.tokenizer_name)
         if tokenizer is not None:
@@ -174,7 +174,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             from hooked.scale.pipeline import from_pretrained_pipeline
 
             return from_pretrained_pipeline(**args, **from_pretrained_kwargs)
-        from loading import load_pretrained
+        from hooked.loading import load_pretrained
 
         return load_pretrained(cls, **{k: v for k, v in locals().items() if k not in ("cls", "__class__")})
 

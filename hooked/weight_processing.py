@@ -454,7 +454,7 @@ def convert_norms_to_pre(model) -> None:
 
     `ln1_post`/`ln2_post` and `q_norm`/`k_norm` keep their parameters (they are never folded).
     """
-    from components.norms import LayerNormPre, make_norm
+    from hooked.components.norms import LayerNormPre, make_norm
 
     cfg = model.cfg
     cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)

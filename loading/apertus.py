@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import bias_or_zeros, strip_prefix, unembed_weights
-from loading.llama import attention_weights, llama_shaped_config
-from loading.registry import register_architecture
+from hooked.loading.common import bias_or_zeros, strip_prefix, unembed_weights
+from hooked.loading.llama import attention_weights, llama_shaped_config
+from hooked.loading.registry import register_architecture
 
 XIELU_KEYS = ("alpha_p", "alpha_n", "beta", "eps")
 

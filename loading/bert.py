@@ -13,9 +13,9 @@ from typing import Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, strip_prefix
-from loading.parts import dense_mlp, layer_norm, prefixed, projections
-from loading.registry import register_model_class_architecture
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
+from hooked.loading.registry import register_model_class_architecture
 
 HEAD_PREFIXES = {"mlm": "mlm_head.", "pooler": "pooler.", "nsp": "nsp_head."}  # optional parts of a checkpoint
 BERT_CLASSES = ("BertForMaskedLM", "BertForPreTraining", "BertForNextSentencePrediction", "BertModel")

@@ -17,10 +17,10 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.fused_qkv import split_qkv_interleaved
-from loading.parts import attention, dense_mlp, layer_norm, prefixed
-from loading.registry import register_architecture
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.fused_qkv import split_qkv_interleaved
+from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed
+from hooked.loading.registry import register_architecture
 
 
 def convert_bloom_config(hf: Any) -> dict:

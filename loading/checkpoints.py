@@ -18,7 +18,7 @@ PYTHIA_CHECKPOINTS: list[int] = [0, *(2**i for i in range(10)), *range(1000, 143
 
 def pythia_repo_id(model_name: str) -> str | None:
     """`EleutherAI/pythia-70m` for `pythia-70m` or `EleutherAI/pythia-70m(-deduped)`; None for other models."""
-    from loading.model_names import get_official_model_name
+    from hooked.loading.model_names import get_official_model_name
 
     repo = get_official_model_name(model_name)
     repo = repo if "/" in repo else f"EleutherAI/{repo}"
@@ -73,7 +73,7 @@ def cached_revisions(repo_id: str, cache_dir: str | os.PathLike | None = None) -
 def revision_dir(repo_id: str, revision: str, cache_dir=None, token=None) -> Path:
     """The snapshot directory of `repo_id` at `revision`, through `loading.model_names.hub_checkpoint_dir`
     (the HF cache when `HF_HUB_OFFLINE` is set, else the hub); a missing revision names the cached ones."""
-    from loading.model_names import hub_checkpoint_dir
+    from hooked.loading.model_names import hub_checkpoint_dir
 
     cache = hf_hub_cache(cache_dir)
     try:

@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix
-from loading.granite import fold_scalar_multipliers
-from loading.llama import attention_weights, gated_mlp_weights, llama_shaped_config
-from loading.common import unembed_weights
-from loading.registry import register_architecture
+from hooked.loading.common import strip_prefix
+from hooked.loading.granite import fold_scalar_multipliers
+from hooked.loading.llama import attention_weights, gated_mlp_weights, llama_shaped_config
+from hooked.loading.common import unembed_weights
+from hooked.loading.registry import register_architecture
 
 
 def convert_cohere_config(hf: Any) -> dict:

@@ -10,10 +10,10 @@ from typing import Mapping
 
 import torch
 
-from loading.bert import encoder_config
-from loading.common import ACT_FN_NAMES, strip_prefix
-from loading.parts import dense_mlp, layer_norm, prefixed, projections
-from loading.registry import register_model_class_architecture
+from hooked.loading.bert import encoder_config
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
+from hooked.loading.registry import register_model_class_architecture
 
 DISTILBERT_CLASSES = ("DistilBertForMaskedLM", "DistilBertModel")
 EPS = 1e-12  # hard-coded in HF's DistilBERT

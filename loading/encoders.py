@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from loading import bert, distilbert  # noqa: F401  (registers the encoder converters)
-from loading.checkpoint import load_tokenizer
-from loading.pretrained import hf_architecture, resolve_source
-from loading.registry import MODEL_CLASS_ARCHITECTURES, Architecture
-from loading.validation import check_converted_shapes, convert_checked, to_dtype, where_in
+from hooked.loading import bert, distilbert  # noqa: F401  (registers the encoder converters)
+from hooked.loading.checkpoint import load_tokenizer
+from hooked.loading.pretrained import hf_architecture, resolve_source
+from hooked.loading.registry import MODEL_CLASS_ARCHITECTURES, Architecture
+from hooked.loading.validation import check_converted_shapes, convert_checked, to_dtype, where_in
 
 logger = logging.getLogger(__name__)
 

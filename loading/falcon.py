@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
-from loading.parts import attention, dense_mlp, layer_norm, prefixed, shared_layer_norm
-from loading.registry import register_architecture
+from hooked.loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
+from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed, shared_layer_norm
+from hooked.loading.registry import register_architecture
 
 
 def _kv_heads(hf: Any) -> int:

@@ -35,15 +35,15 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import (
+from hooked.loading.common import (
     ACT_FN_NAMES,
     hf_rope_parameters,
     per_layer_type_rope,
     strip_prefix,
     unembed_weights,
 )
-from loading.llama import attention_weights, gated_mlp_weights, local_attention
-from loading.registry import register_architecture
+from hooked.loading.llama import attention_weights, gated_mlp_weights, local_attention
+from hooked.loading.registry import register_architecture
 
 logger = logging.getLogger(__name__)
 

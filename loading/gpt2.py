@@ -9,8 +9,8 @@ from typing import Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, strip_prefix
-from loading.registry import register_architecture
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.registry import register_architecture
 
 
 def convert_gpt2_config(hf) -> dict:

@@ -15,10 +15,10 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
-from loading.fused_qkv import split_qkv_blocks, split_qkv_interleaved
-from loading.parts import attention, dense_mlp, layer_norm, prefixed
-from loading.registry import register_architecture
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
+from hooked.loading.fused_qkv import split_qkv_blocks, split_qkv_interleaved
+from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed
+from hooked.loading.registry import register_architecture
 
 
 def convert_gpt_bigcode_config(hf: Any) -> dict:

@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.fused_qkv import split_qkv_interleaved
-from loading.parts import attention, decoder_config, dense_mlp, layer_norm, partial_rotary_dim, prefixed, rotary_config
-from loading.registry import register_architecture
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.fused_qkv import split_qkv_interleaved
+from hooked.loading.parts import attention, decoder_config, dense_mlp, layer_norm, partial_rotary_dim, prefixed, rotary_config
+from hooked.loading.registry import register_architecture
 
 
 def convert_gpt_neox_config(hf: Any) -> dict:

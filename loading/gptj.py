@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
-from loading.parts import dense_mlp, layer_norm, prefixed, projections, shared_layer_norm
-from loading.registry import register_architecture
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
+from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections, shared_layer_norm
+from hooked.loading.registry import register_architecture
 
 
 def convert_gptj_config(hf: Any) -> dict:

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.llama import convert_llama_weights, llama_shaped_config
-from loading.registry import register_architecture
+from hooked.loading.llama import convert_llama_weights, llama_shaped_config
+from hooked.loading.registry import register_architecture
 
 
 def convert_granite_config(hf: Any) -> dict:

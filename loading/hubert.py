@@ -12,7 +12,7 @@ from typing import Mapping
 
 import torch
 
-from loading.registry import register_model_class_architecture
+from hooked.loading.registry import register_model_class_architecture
 
 HUBERT_CLASSES = ("HubertModel",)
 

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import (
+from hooked.loading.common import (
     ACT_FN_NAMES,
     bias_or_zeros,
     heads_in,
@@ -44,7 +44,7 @@ from loading.common import (
     strip_prefix,
     unembed_weights,
 )
-from loading.registry import register_architecture
+from hooked.loading.registry import register_architecture
 
 # -- config -----------------------------------------------------------------------------
 

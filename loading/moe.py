@@ -23,9 +23,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.llama import attention_weights, llama_shaped_config, local_attention, qwen_local_layers
-from loading.registry import register_architecture
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.llama import attention_weights, llama_shaped_config, local_attention, qwen_local_layers
+from hooked.loading.registry import register_architecture
 
 # -- config -----------------------------------------------------------------------------
 

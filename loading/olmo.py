@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.llama import (
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.llama import (
     attention_weights,
     convert_llama_weights,
     gated_mlp_weights,
@@ -27,7 +27,7 @@ from loading.llama import (
     local_attention,
     qwen_local_layers,
 )
-from loading.registry import register_architecture
+from hooked.loading.registry import register_architecture
 
 
 def convert_olmo_config(hf: Any) -> dict:

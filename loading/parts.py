@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import ACT_FN_NAMES, bias_or_zeros, heads_in, heads_out, hf_rope_parameters
+from hooked.loading.common import ACT_FN_NAMES, bias_or_zeros, heads_in, heads_out, hf_rope_parameters
 
 
 def layer_norm(hf: Mapping[str, torch.Tensor], key: str, name: str, size: int) -> dict[str, torch.Tensor]:

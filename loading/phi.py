@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.parts import (
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.parts import (
     decoder_config,
     dense_mlp,
     layer_norm,
@@ -24,7 +24,7 @@ from loading.parts import (
     rotary_config,
     shared_layer_norm,
 )
-from loading.registry import register_architecture
+from hooked.loading.registry import register_architecture
 
 
 def convert_phi_config(hf: Any) -> dict:

@@ -18,8 +18,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from loading.llama import convert_llama_weights, llama_shaped_config, local_attention
-from loading.registry import register_architecture
+from hooked.loading.llama import convert_llama_weights, llama_shaped_config, local_attention
+from hooked.loading.registry import register_architecture
 
 _QKV = re.compile(r"(.*self_attn\.)([qkv])_proj\.weight$")
 _GATE_UP = re.compile(r"(.*mlp\.)(gate|up)_proj\.weight$")

@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from hooked.dtypes import cast_parameter
 from hooked.errors import WeightShapeError
-from loading.streaming import iter_processed_parts, processing_steps
+from hooked.loading.streaming import iter_processed_parts, processing_steps
 
 logger = logging.getLogger(__name__)
 

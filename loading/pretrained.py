@@ -9,16 +9,16 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.checkpoint import (
+from hooked.loading.checkpoint import (
     SafetensorsStateDict,
     has_tokenizer,
     load_hf_config,
     load_tokenizer,
     safetensors_files,
 )
-from loading.placed import load_placed, wants_placement
-from loading.registry import get_architecture
-from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype, where_in
+from hooked.loading.placed import load_placed, wants_placement
+from hooked.loading.registry import get_architecture
+from hooked.loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype, where_in
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ def resolve_source(model_name: str, hf_model=None, **hf_kwargs) -> Source:
 
 
 def _local_directory(model_name: str, **hf_kwargs) -> Path:
-    from loading import bundled, gguf
-    from loading.model_names import get_official_model_name, hub_checkpoint_dir
+    from hooked.loading import bundled, gguf
+    from hooked.loading.model_names import get_official_model_name, hub_checkpoint_dir
 
     key = bundled.resolve_bundled_name(model_name)
     if key is not None:
@@ -82,7 +82,7 @@ def build_config(hf_config, arch_name: str, model_name: str, **overrides):
 
 def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     """Implementation of `HookedTransformer.from_pretrained` (see its docstring)."""
-    from loading.checkpoints import resolve_checkpoint
+    from hooked.loading.checkpoints import resolve_checkpoint
 
     checkpoints = {k: kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
     placement = {k: kw.pop(k, None) for k in ("device_map", "max_memory", "offload_folder")}

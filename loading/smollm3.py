@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loading.llama import convert_llama_weights, llama_shaped_config, local_attention, qwen_local_layers
-from loading.registry import register_architecture
+from hooked.loading.llama import convert_llama_weights, llama_shaped_config, local_attention, qwen_local_layers
+from hooked.loading.registry import register_architecture
 
 
 def convert_smollm3_config(hf: Any) -> dict:

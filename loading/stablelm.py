@@ -17,9 +17,9 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.llama import gated_mlp_weights
-from loading.parts import (
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.llama import gated_mlp_weights
+from hooked.loading.parts import (
     decoder_config,
     layer_norm,
     partial_rotary_dim,
@@ -28,7 +28,7 @@ from loading.parts import (
     rotary_config,
     shared_layer_norm,
 )
-from loading.registry import register_architecture
+from hooked.loading.registry import register_architecture
 
 
 def convert_stablelm_config(hf: Any) -> dict:

@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 import torch
 
-from loading.common import strip_prefix, unembed_weights
-from loading.llama import local_attention
-from loading.parts import decoder_config, dense_mlp, layer_norm, prefixed, projections, rotary_config
-from loading.registry import register_architecture
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.llama import local_attention
+from hooked.loading.parts import decoder_config, dense_mlp, layer_norm, prefixed, projections, rotary_config
+from hooked.loading.registry import register_architecture
 
 
 def convert_starcoder2_config(hf: Any) -> dict:

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Mapping
 
 import torch
 
-from loading.validation import convert_checked
+from hooked.loading.validation import convert_checked
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)\.")
 

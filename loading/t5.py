@@ -11,7 +11,7 @@ from typing import Mapping
 
 import torch
 
-from loading.registry import register_model_class_architecture
+from hooked.loading.registry import register_model_class_architecture
 
 T5_CLASSES = ("T5ForConditionalGeneration",)
 

@@ -26,7 +26,7 @@ def bos_tokenizer():
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     return bundled_checkpoint_dir("smollm2-135m")
 
@@ -95,7 +95,7 @@ def smollm2_batch(smollm2):
 
 @pytest.fixture(scope="session")
 def gemma3_dir():
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     return bundled_checkpoint_dir("gemma-3-270m")
 

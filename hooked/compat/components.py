@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float
 
-from components import (  # noqa: F401
+from hooked.components import (  # noqa: F401
     MLP,
     Attention,
     Embed,
@@ -23,9 +23,9 @@ from components import (  # noqa: F401
     TransformerBlock,
     Unembed,
 )
-from components import moe  # noqa: E402
-from components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
-from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
+from hooked.components import moe  # noqa: E402
+from hooked.components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
+from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -86,4 +86,4 @@ class GptOssMoE(moe.GptOssMoE):
 
 
 # TransformerLens's T5 components (encoder-decoder)
-from components.t5 import T5Attention, T5Block  # noqa: E402,F401
+from hooked.components.t5 import T5Attention, T5Block  # noqa: E402,F401

@@ -6,8 +6,8 @@ do, and run hooked's converters from `loading/t5.py` and `loading/hubert.py`.
 
 from __future__ import annotations
 
-from components.hubert import HubertBlock
-from components.t5 import T5Attention, T5Block
+from hooked.components.hubert import HubertBlock
+from hooked.components.t5 import T5Attention, T5Block
 from hooked.compat.pretrained import _hf_tensors
 from hooked.hooked_audio_encoder import HookedAudioEncoder
 from hooked.hooked_encoder_decoder import HookedEncoderDecoder
@@ -20,7 +20,7 @@ __all__ = ["HookedAudioEncoder", "HookedEncoderDecoder", "HubertBlock", "T5Atten
 
 def convert_t5_weights(t5, cfg) -> dict:
     """TransformerLens's `convert_t5_weights(hf_model, cfg)`: a `T5ForConditionalGeneration` -> its state dict."""
-    from loading.t5 import convert_t5_weights as convert
+    from hooked.loading.t5 import convert_t5_weights as convert
 
     return convert(_hf_tensors(t5), cfg)
 
@@ -32,7 +32,7 @@ def convert_hubert_weights(hf_model, cfg) -> dict:
     encoder's LayerNorm is returned as `ln_final` (hooked's `HookedAudioEncoder` calls it
     `encoder_ln`, since in HuBERT base it runs before the blocks).
     """
-    from loading.hubert import block_weights
+    from hooked.loading.hubert import block_weights
 
     if getattr(hf_model, "encoder", None) is None:
         raise ValueError("hf_model has no .encoder: pass a HubertModel (not a HubertForCTC's outer model)")

@@ -6,8 +6,8 @@ import logging
 
 import torch
 
-from loading import *  # noqa: F401,F403
-from loading import get_official_model_name
+from hooked.loading import *  # noqa: F401,F403
+from hooked.loading import get_official_model_name
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ def get_pretrained_model_config(
     TransformerLens, whose tables hard-code them); Gemma 3 then defaults to TransformerLens's
     memory-safe `n_ctx=8192` (pass `n_ctx=` for the full context).
     """
-    from loading.checkpoint import load_hf_config
-    from loading.official_configs import official_hf_config
-    from loading.pretrained import _local_directory, build_config, hf_architecture
+    from hooked.loading.checkpoint import load_hf_config
+    from hooked.loading.official_configs import official_hf_config
+    from hooked.loading.pretrained import _local_directory, build_config, hf_architecture
 
     official_name = get_official_model_name(model_name)
     hf_config = official_hf_config(official_name)

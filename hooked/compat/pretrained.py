@@ -82,7 +82,7 @@ def _hf_tensors(hf_model) -> Mapping[str, torch.Tensor]:
 
 def _converter(family: str):
     def convert(hf_model, cfg):
-        from loading.registry import get_architecture
+        from hooked.loading.registry import get_architecture
 
         if family == "gemma" and cfg.embed_scale is None:  # TransformerLens's Gemma converter scales W_E by sqrt(d)
             cfg = cfg.replace(embed_scale=cfg.d_model**0.5)
@@ -98,6 +98,6 @@ globals().update({f"convert_{family}_weights": _converter(family) for family in 
 
 def convert_bert_weights(bert, cfg) -> dict[str, torch.Tensor]:
     """TransformerLens's `convert_bert_weights(hf_model, cfg)` (a `BertForPreTraining`), through hooked's converter."""
-    from loading.bert import convert_bert_weights as convert
+    from hooked.loading.bert import convert_bert_weights as convert
 
     return convert(_hf_tensors(bert), cfg)

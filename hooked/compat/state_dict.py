@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from components.rotary import rotary_cos_sin
+from hooked.components.rotary import rotary_cos_sin
 
 
 def tl_state_dict(model) -> dict[str, torch.Tensor]:

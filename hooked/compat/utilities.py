@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from components.attention import project
+from hooked.components.attention import project
 from hooked.compat.utils import (  # noqa: F401
     ACTIVATION_FN_DICT,
     XIELU,
@@ -15,7 +15,7 @@ from hooked.compat.utils import (  # noqa: F401
     get_device,
     xielu,
 )
-from components.activations import solu  # noqa: F401
+from hooked.components.activations import solu  # noqa: F401
 
 __path__: list[str] = []
 SUPPORTED_ACTIVATIONS = ACTIVATION_FN_DICT

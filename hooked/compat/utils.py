@@ -6,7 +6,7 @@ results); they are written for `hooked` and used only through the alias.
 
 from __future__ import annotations
 
-import components.xielu
+from hooked.components import xielu as _xielu
 
 import importlib.util
 import inspect
@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from components.activations import solu
+from hooked.components.activations import solu
 from hooked.factored_matrix import FactoredMatrix
 from hooked.utils import *  # noqa: F401,F403
 from hooked.utils import USE_DEFAULT_VALUE, Slice, get_act_name, lm_accuracy, lm_cross_entropy_loss, to_numpy  # noqa: F401
@@ -58,12 +58,12 @@ def gelu_pytorch_tanh(input: torch.Tensor) -> torch.Tensor:
     return nn.functional.gelu(input, approximate="tanh")
 
 
-XIELU = components.xielu.XIELU
+XIELU = _xielu.XIELU
 
 
 def xielu(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
     """xIELU with its default parameters (alpha_p = alpha_n = 0.8, beta = 0.5)."""
-    return components.xielu.xielu(input, 0.8, 0.8, 0.5, -1e-6)
+    return _xielu.xielu(input, 0.8, 0.8, 0.5, -1e-6)
 
 
 ACTIVATION_FN_DICT: dict[str, Callable] = {

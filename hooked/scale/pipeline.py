@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from jaxtyping import Float, Int
 
-from components.forward_state import ForwardState
+from hooked.components.forward_state import ForwardState
 from hooked.activation_cache import ActivationCache
 from hooked.errors import InputError
 from hooked.hooked_transformer import HookedTransformer, Output

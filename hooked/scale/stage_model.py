@@ -41,11 +41,11 @@ def _from_pretrained_arguments(kwargs: dict) -> dict:
 
 def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: torch.device, **kwargs):
     """A `cls` model holding real weights only for stage `rank` of `world_size` (see module doc)."""
-    from loading.checkpoint import load_tokenizer
-    from loading.checkpoints import resolve_checkpoint
-    from loading.pretrained import build_config, hf_architecture, resolve_source
-    from loading.registry import get_architecture
-    from loading.validation import check_converted_shapes, check_from_pretrained_kwargs, to_dtype
+    from hooked.loading.checkpoint import load_tokenizer
+    from hooked.loading.checkpoints import resolve_checkpoint
+    from hooked.loading.pretrained import build_config, hf_architecture, resolve_source
+    from hooked.loading.registry import get_architecture
+    from hooked.loading.validation import check_converted_shapes, check_from_pretrained_kwargs, to_dtype
 
     kw, device = _from_pretrained_arguments(kwargs), stage_device
     if kw["n_devices"] != 1 or kw["device"] is not None:
@@ -83,7 +83,7 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
 
 def _convert_stage(convert, source_state, cfg, stage: Stage, needed: set[str]):
     """`(view, converted state with only this stage's tensors real, tracked)`, reading only `needed`."""
-    from loading.validation import convert_checked
+    from hooked.loading.validation import convert_checked
 
     view = StageStateView(source_state, needed)
     state, tracked = convert_checked(convert, view, cfg, lambda key: str(view.file_of(key)))
@@ -97,9 +97,9 @@ def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
     constructed on the CPU, so no rank ever allocates, let alone initialises, another
     stage's weights (MoE experts are `nn.Linear`s, which initialise when built).
     """
-    from components import Embed, PosEmbed, Unembed
-    from components.norms import make_norm
-    from components.post_norm_block import block_class
+    from hooked.components import Embed, PosEmbed, Unembed
+    from hooked.components.norms import make_norm
+    from hooked.components.post_norm_block import block_class
     from hooked.weight_processing import final_norm_kind
 
     with torch.device("meta"):

@@ -68,11 +68,11 @@ def hf_outputs(hf, tokens, types, mask):
 
 
 def test_every_bert_class_is_registered():
-    from loading.encoders import ENCODER_ARCHITECTURES
+    from hooked.loading.encoders import ENCODER_ARCHITECTURES
 
     covered = set(CLASSES) | {"DistilBertForMaskedLM", "DistilBertModel"}
     assert covered == set(ENCODER_ARCHITECTURES)  # a class losing its parity case fails here
-    assert not covered & set(__import__("loading").ARCHITECTURES)  # never loads into HookedTransformer
+    assert not covered & set(__import__("hooked.loading", fromlist=["ARCHITECTURES"]).ARCHITECTURES)  # never loads into HookedTransformer
 
 
 def test_every_block_output_matches_hf(pair):

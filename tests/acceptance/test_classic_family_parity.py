@@ -42,7 +42,7 @@ def pair(request):
 
 
 def test_every_family_is_registered():
-    import loading
+    from hooked import loading
 
     classes = {model_cls for _, model_cls, _ in FAMILIES.values()}
     assert classes == {

@@ -62,7 +62,7 @@ def waveforms(seed: int = 0):
 
 
 def test_parity_suite_covers_hubert():
-    import loading
+    from hooked import loading
 
     assert {type(tiny_hubert(0)).__name__} == set(HF_CLASSES)
     assert {name: loading.registry.MODEL_CLASS_ARCHITECTURES[name][0] for name in HF_CLASSES} == dict.fromkeys(

@@ -206,7 +206,7 @@ def test_greedy_20_tokens_match_hf(case):
 
 def test_longrope_switches_factors_on_total_length():
     """One model: a 16-token sequence uses the short factors, a 17-token one the long ones (HF's rule)."""
-    from components.rotary import rotary_inv_freq
+    from hooked.components.rotary import rotary_inv_freq
 
     model = hooked_from(build("phi3_longrope_long"))
     cfg = model.cfg

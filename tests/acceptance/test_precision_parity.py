@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.norms import RMSNormGainFirst
+from hooked.components.norms import RMSNormGainFirst
 from hooked.dtypes import cast_parameter
 from tests.acceptance.tiny_models import tokens
 from tests.helpers import hooked_from
@@ -69,7 +69,7 @@ def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
 
 
 def test_every_supported_architecture_has_a_family():
-    from loading.registry import supported_architectures
+    from hooked.loading.registry import supported_architectures
 
     covered = {type(build()).__name__ for build in FAMILIES.values()}
     assert covered == set(supported_architectures())

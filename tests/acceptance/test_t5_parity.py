@@ -63,7 +63,7 @@ def inputs(seed: int = 0):
 
 
 def test_parity_suite_covers_t5():
-    import loading
+    from hooked import loading
 
     assert {type(tiny_t5(0)).__name__} == set(HF_CLASSES)
     assert {name: loading.registry.MODEL_CLASS_ARCHITECTURES[name][0] for name in HF_CLASSES} == dict.fromkeys(

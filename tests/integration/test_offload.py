@@ -144,9 +144,9 @@ def test_weight_views_and_factored_matrices_read_offloaded_weights(pair):
 
 def test_each_checkpoint_tensor_is_read_once_by_its_own_part(tmp_path):
     """Streaming reads every tensor exactly once (per part): the whole state dict is never loaded at once."""
-    from loading.checkpoint import SafetensorsStateDict, safetensors_files
-    from loading.registry import get_architecture
-    from loading.streaming import PartView, iter_processed_parts, source_part
+    from hooked.loading.checkpoint import SafetensorsStateDict, safetensors_files
+    from hooked.loading.registry import get_architecture
+    from hooked.loading.streaming import PartView, iter_processed_parts, source_part
 
     checkpoint = _save(tiny_hf("Llama", num_key_value_heads=2, num_hidden_layers=3), tmp_path / "ckpt")
     state = SafetensorsStateDict(safetensors_files(checkpoint))

@@ -190,7 +190,7 @@ def _layer(key: str) -> int | None:
 
 @pytest.mark.parametrize("world_name", ["world2", "world3"])
 def test_each_rank_reads_only_its_tensors(request, models, world_name):
-    from loading.checkpoint import SafetensorsStateDict, safetensors_files
+    from hooked.loading.checkpoint import SafetensorsStateDict, safetensors_files
 
     out = request.getfixturevalue(world_name)
     world = 2 if world_name == "world2" else 3

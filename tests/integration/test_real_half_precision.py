@@ -23,7 +23,7 @@ PROMPTS = ["The Eiffel Tower is in the city of", "When Mary and John went to the
 def test_bundled_model_equals_hf_bitwise_in_half_precision(name, dtype):
     from transformers import AutoModelForCausalLM
 
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     hf = AutoModelForCausalLM.from_pretrained(bundled_checkpoint_dir(name), dtype=dtype, attn_implementation="eager")
     ours = HookedTransformer.from_pretrained_no_processing(name, dtype=dtype)
@@ -41,7 +41,7 @@ def test_smollm2_greedy_generation_equals_hf_bitwise_in_bfloat16():
     """KV-cached decoding too: a left-padded batch, every step's logits equal to HF `generate`'s, bit for bit."""
     from transformers import AutoModelForCausalLM
 
-    from loading.bundled import bundled_checkpoint_dir
+    from hooked.loading.bundled import bundled_checkpoint_dir
 
     hf = AutoModelForCausalLM.from_pretrained(bundled_checkpoint_dir("smollm2-135m"), dtype=torch.bfloat16).eval()
     ours = HookedTransformer.from_pretrained_no_processing("smollm2-135m", dtype=torch.bfloat16)

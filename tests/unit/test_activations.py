@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.activations import get_activation
+from hooked.components.activations import get_activation
 
 
 def _hf(name: str):

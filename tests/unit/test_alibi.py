@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.alibi import alibi_bias, alibi_slopes, key_positions
-from components.forward_state import ForwardState
+from hooked.components.alibi import alibi_bias, alibi_slopes, key_positions
+from hooked.components.forward_state import ForwardState
 from hooked import HookedTransformer, HookedTransformerConfig
 
 ATOL = 1e-5

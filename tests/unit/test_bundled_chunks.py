@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from loading import bundled
-from loading.bundled import BUNDLED_MODELS, BundledModel, BundledModelNotInstalledError, Chunk, locate_bundled_gguf
+from hooked.loading import bundled
+from hooked.loading.bundled import BUNDLED_MODELS, BundledModel, BundledModelNotInstalledError, Chunk, locate_bundled_gguf
 
 PIECES = [b"GGUF-head-", b"middle-", b"tail"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loading.checkpoints import PYTHIA_CHECKPOINTS, checkpoint_revision
+from hooked.loading.checkpoints import PYTHIA_CHECKPOINTS, checkpoint_revision
 from tests.classic_models import tiny_classic
 
 REPO = "EleutherAI/pythia-14m"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import loading
+from hooked import loading
 from tests.classic_models import FAMILIES, tiny_classic
 
 
@@ -63,7 +63,7 @@ def test_old_neox_configs_read_rotary_pct():
     class OldNeoX:  # a transformers 4.x style config: no rope_parameters
         rotary_pct = 0.25
 
-    from loading.parts import partial_rotary_dim
+    from hooked.loading.parts import partial_rotary_dim
 
     assert partial_rotary_dim(OldNeoX(), 64) == 16
 
@@ -82,6 +82,6 @@ def test_opt_positions_drop_the_offset_rows():
 
 
 def _cfg(hf):
-    from loading.pretrained import build_config
+    from hooked.loading.pretrained import build_config
 
     return build_config(hf.config, type(hf).__name__, "tiny")

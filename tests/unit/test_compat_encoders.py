@@ -19,14 +19,14 @@ def test_encoder_names_resolve_to_hooked():
     from transformer_lens import BertNextSentencePrediction, HookedEncoder
     from transformer_lens.components import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed
 
-    import components.bert
+    import hooked.components.bert
     from hooked.hooked_encoder import HookedEncoder as Native
     from hooked.next_sentence_prediction import BertNextSentencePrediction as NativeNSP
 
     assert HookedEncoder is Native and BertNextSentencePrediction is NativeNSP
     assert transformer_lens.HookedEncoder is Native  # the class, not its module
     for cls in (BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed):
-        assert cls is getattr(components.bert, cls.__name__)
+        assert cls is getattr(hooked.components.bert, cls.__name__)
 
 
 def tiny_pretraining():
@@ -41,7 +41,7 @@ def tiny_pretraining():
 def test_convert_bert_weights_takes_the_hf_model(as_object):
     from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
 
-    from loading.bert import convert_bert_config
+    from hooked.loading.bert import convert_bert_config
     from hooked.config import HookedTransformerConfig
 
     hf = tiny_pretraining()

@@ -29,9 +29,9 @@ def test_model_classes_resolve_to_hooked(tl):
     assert tl.HookedAudioEncoder is HookedAudioEncoder
     from transformer_lens.components import T5Attention, T5Block
 
-    import components.t5
+    import hooked.components.t5
 
-    assert (T5Attention, T5Block) == (components.t5.T5Attention, components.t5.T5Block)
+    assert (T5Attention, T5Block) == (hooked.components.t5.T5Attention, hooked.components.t5.T5Block)
 
 
 def test_convert_t5_weights_loads_strictly(tl):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hooked.compat.pretrained import ModuleTreeTensors, convert_gpt_oss_weights, convert_llama_weights
-from loading import get_architecture
+from hooked.loading import get_architecture
 from tests.acceptance.test_moe_parity import CONFIGS as MOE_CONFIGS
 from tests.acceptance.tiny_models import tiny_hf
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from components.norms import RMSNorm, make_norm
+from hooked.components.norms import RMSNorm, make_norm
 from hooked import HookedTransformerConfig
 from hooked.dtypes import cast_parameter, parameter_dtype
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from components.forward_state import ForwardState
+from hooked.components.forward_state import ForwardState
 
 
 def test_to_the_same_device_is_the_state_itself():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loading.fused_qkv import split_qkv_blocks, split_qkv_interleaved
+from hooked.loading.fused_qkv import split_qkv_blocks, split_qkv_interleaved
 
 H, DH, D, B, P = 3, 4, 10, 2, 5
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from components.norms import RMSNorm, RMSNormGainFirst, make_norm
+from hooked.components.norms import RMSNorm, RMSNormGainFirst, make_norm
 from hooked import HookedTransformer, HookedTransformerConfig
 from tests.acceptance.test_gemma_parity import CONFIGS, decoder_layers, max_abs, tiny_gemma, tokens
 from tests.helpers import NO_PROCESSING, hooked_from
@@ -178,7 +178,7 @@ def test_soft_caps_and_window_change_hf_logits_and_ours_follow():
 
 
 def test_bidirectional_gemma_is_rejected():
-    from loading.gemma import convert_gemma3_config
+    from hooked.loading.gemma import convert_gemma3_config
 
     hf = tiny_gemma("gemma3_mixed_rope")
     hf.config.use_bidirectional_attention = True
@@ -234,7 +234,7 @@ def test_processing_folds_pre_norms_only_and_is_idempotent(name, caplog):
 
 def test_image_text_checkpoint_keys_on_disk_and_in_memory_convert_alike():
     """Older Gemma 3 image-text checkpoints store `language_model.model.*` and `language_model.lm_head.*` on disk."""
-    from loading.gemma import convert_gemma_weights
+    from hooked.loading.gemma import convert_gemma_weights
 
     hf = tiny_gemma("gemma3_image_text_tower", seed=7)
     cfg = hooked_from(hf).cfg

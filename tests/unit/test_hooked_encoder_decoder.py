@@ -105,7 +105,7 @@ def test_hooked_transformer_names_the_class_for_t5(tmp_path):
 def test_unequal_encoder_and_decoder_depths_are_refused():
     from transformers import T5Config
 
-    from loading.t5 import convert_t5_config
+    from hooked.loading.t5 import convert_t5_config
 
     with pytest.raises(NotImplementedError, match="decoder layers"):
         convert_t5_config(T5Config(num_layers=2, num_decoder_layers=3))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from components.forward_state import ForwardState
-from components.hubert import AudioFrontendConfig, HubertBlock, PositionalConv, frame_mask
+from hooked.components.forward_state import ForwardState
+from hooked.components.hubert import AudioFrontendConfig, HubertBlock, PositionalConv, frame_mask
 from hooked.config import HookedTransformerConfig
 from tests.acceptance.test_hubert_parity import tiny_hubert
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hooked.config import HookedTransformerConfig
-from loading import supported_architectures
-from loading.common import hf_rope_parameters
-from loading.llama import (
+from hooked.loading import supported_architectures
+from hooked.loading.common import hf_rope_parameters
+from hooked.loading.llama import (
     convert_llama_config,
     convert_llama_weights,
     convert_mistral_config,

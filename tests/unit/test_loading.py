@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer
-from loading import get_architecture, supported_architectures
+from hooked.loading import get_architecture, supported_architectures
 from tests.helpers import NO_PROCESSING, hooked_from, tiny_gpt2
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from components.mlp import MLP, linear
+from hooked.components.mlp import MLP, linear
 from hooked import HookedTransformerConfig
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer
-from loading.model_names import OFFICIAL_MODEL_NAMES, get_official_model_name
+from hooked.loading.model_names import OFFICIAL_MODEL_NAMES, get_official_model_name
 from tests.helpers import NO_PROCESSING, make_tokenizer, tiny_gpt2
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from hooked import HookedTransformerConfig
 from hooked.hook_points import HookedRootModule
 
@@ -130,7 +130,7 @@ def _cohere_layer_norm(x, w, eps):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gain_first_layer_norm_is_cohere_bit_for_bit_and_hooks_stay_transparent(dtype):
-    from components.norms import LayerNormGainFirst, make_norm
+    from hooked.components.norms import LayerNormGainFirst, make_norm
 
     cfg = CFG.replace(dtype=dtype, norm_gain_in_fp32=True)
     assert type(make_norm(cfg)) is LayerNormGainFirst
@@ -159,7 +159,7 @@ def test_gain_first_layer_norm_is_cohere_bit_for_bit_and_hooks_stay_transparent(
 
 
 def test_gain_first_layer_norm_in_float32_is_the_fused_layer_norm():
-    from components.norms import LayerNormGainFirst
+    from hooked.components.norms import LayerNormGainFirst
 
     norm = LayerNormGainFirst(CFG.replace(norm_gain_in_fp32=True))
     with torch.no_grad():

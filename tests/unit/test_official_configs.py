@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from loading.official_configs import OFFICIAL_HF_CONFIGS, official_hf_config
-from loading.pretrained import build_config
+from hooked.loading.official_configs import OFFICIAL_HF_CONFIGS, official_hf_config
+from hooked.loading.pretrained import build_config
 
 
 @pytest.mark.parametrize("name", sorted(OFFICIAL_HF_CONFIGS))
 def test_every_listed_name_is_official_and_converts(name):
-    from loading import OFFICIAL_MODEL_NAMES
+    from hooked.loading import OFFICIAL_MODEL_NAMES
 
     assert name in OFFICIAL_MODEL_NAMES
     hf = official_hf_config(name)
@@ -44,8 +44,8 @@ def test_compat_config_needs_no_hub(monkeypatch):
 @pytest.mark.slow
 def test_270m_entry_equals_the_bundled_checkpoint():
     """The table's Gemma-3-270M config converts to the same hooked config as the real checkpoint's."""
-    from loading import bundled
-    from loading.checkpoint import load_hf_config
+    from hooked.loading import bundled
+    from hooked.loading.checkpoint import load_hf_config
 
     real = load_hf_config(bundled.bundled_checkpoint_dir("gemma-3-270m"))
     listed = official_hf_config("google/gemma-3-270m")

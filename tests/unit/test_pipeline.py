@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.forward_state import ForwardState
+from hooked.components.forward_state import ForwardState
 from hooked.errors import InputError
 from hooked.scale.pipeline import _micro_slices, _slice_state
 

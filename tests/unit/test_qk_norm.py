@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.qk_norm import PerHeadLayerNorm
+from hooked.components.qk_norm import PerHeadLayerNorm
 from hooked import HookedTransformerConfig
 from hooked.hook_points import HookedRootModule
 

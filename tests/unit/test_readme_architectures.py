@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-import loading
+from hooked import loading
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Supported architectures"
@@ -29,4 +29,4 @@ def test_each_row_names_the_module_that_registers_the_class():
         cls, module = row[0].strip("`"), row[2].strip("`").removesuffix(".py")
         arch = loading.ARCHITECTURES.get(cls) or loading.registry.MODEL_CLASS_ARCHITECTURES[cls][1]
         converter = arch.config
-        assert converter.__module__ == f"loading.{module}", f"{cls} is converted in {converter.__module__}"
+        assert converter.__module__ == f"hooked.loading.{module}", f"{cls} is converted in {converter.__module__}"

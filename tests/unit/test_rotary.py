@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from components.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
+from hooked.components.rotary import apply_rotary, rotary_cos_sin, rotary_inv_freq
 
 
 def reference_rotary(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, adjacent: bool) -> torch.Tensor:
@@ -91,7 +91,7 @@ def test_inv_freq_matches_hf_rope_init_functions(name):
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    from loading.common import hf_rope_parameters
+    from hooked.loading.common import hf_rope_parameters
 
     head_dim = 64
     config = LlamaConfig(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from components.rotary import rotary_inv_freq
+from hooked.components.rotary import rotary_inv_freq
 from hooked import HookedTransformer, HookedTransformerConfig
-from loading.common import hf_rope_parameters, per_layer_type_rope
+from hooked.loading.common import hf_rope_parameters, per_layer_type_rope
 
 
 def gemma3_text_config(**overrides):

@@ -38,7 +38,7 @@ def test_owner_of_names():
 
 
 def _llama(tied: bool):
-    from loading.pretrained import build_config
+    from hooked.loading.pretrained import build_config
     from tests.acceptance.tiny_models import tiny_hf
 
     hf = tiny_hf("Llama", num_hidden_layers=4, num_key_value_heads=2, tie_word_embeddings=tied)
@@ -47,7 +47,7 @@ def _llama(tied: bool):
 
 
 def test_tracing_finds_each_converted_tensors_sources():
-    from loading.registry import get_architecture
+    from hooked.loading.registry import get_architecture
 
     state, cfg = _llama(tied=False)
     sources = trace_sources(get_architecture("LlamaForCausalLM").weights, state, cfg)
@@ -59,7 +59,7 @@ def test_tracing_finds_each_converted_tensors_sources():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_each_stage_needs_only_its_tensors(tied):
-    from loading.registry import get_architecture
+    from hooked.loading.registry import get_architecture
 
     state, cfg = _llama(tied)
     convert = get_architecture("LlamaForCausalLM").weights
@@ -72,7 +72,7 @@ def test_each_stage_needs_only_its_tensors(tied):
 
 
 def test_stage_view_reads_only_needed_keys_and_others_become_meta():
-    from loading.registry import get_architecture
+    from hooked.loading.registry import get_architecture
 
     state, cfg = _llama(tied=False)
     stage = make_stage(4, 2, 1)
@@ -103,8 +103,8 @@ FAMILIES = _family_cases()
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_every_stage_converts_exactly_its_part_of_every_family(family):
     """Per-stage conversion (traced key selection, the rest meta) equals the whole conversion, family by family."""
-    from loading.pretrained import build_config
-    from loading.registry import get_architecture
+    from hooked.loading.pretrained import build_config
+    from hooked.loading.registry import get_architecture
 
     hf = FAMILIES[family]()
     state, arch = hf.state_dict(), type(hf).__name__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.t5 import T5Attention, T5Block, relative_position_bucket
+from hooked.components.t5 import T5Attention, T5Block, relative_position_bucket
 from hooked.config import HookedTransformerConfig
 from tests.acceptance.test_t5_parity import tiny_t5
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from components.unembed import Unembed, vocab_projection
+from hooked.components.unembed import Unembed, vocab_projection
 from hooked.config import HookedTransformerConfig
 
 
