@@ -30,7 +30,7 @@ test: venv lint
 	$(BIN)/python -m pytest -q
 
 lint: venv
-	$(BIN)/ruff check hooked components loading tests benchmarks
+	$(BIN)/ruff check hooked components loading tests benchmarks setup.py .ci
 
 test-gpu: venv  # on a machine with CUDA: tests/gpu (collected only where a GPU is visible)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA device')"
