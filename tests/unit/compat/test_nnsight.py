@@ -11,7 +11,7 @@ import torch
 
 from tests.unit.circuits_models import make_model
 
-nnsight = pytest.importorskip("nnsight")
+import nnsight  # noqa: E402  (dev extra)
 
 FAMILIES = ["gpt2", "llama_gqa", "gemma_post_norm", "moe"]
 # the optional hook points: hook_attn_in and the split q/k/v inputs exclude each other
