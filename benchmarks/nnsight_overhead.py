@@ -10,7 +10,7 @@ overhead per module call shows most. Variants, each timed once per repeat, inter
 - an nnsight trace that watches nothing, and one that saves one hook point;
 - HF's forward, for scale.
 
-    python benchmarks/nnsight.py [--repeats 21] [--threads 1] [--clock cpu]
+    python benchmarks/nnsight_overhead.py [--repeats 21] [--threads 1] [--clock cpu]
 """
 
 from __future__ import annotations
