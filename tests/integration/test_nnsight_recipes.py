@@ -186,16 +186,16 @@ def test_generate_per_step_intervention_and_streamer(pair):
     with torch.no_grad(), lm.generate(PROMPTS[1], max_new_tokens=4) as tracer:
         hf_tokens = nnsight.save([])
         for step in tracer.iter[:4]:
+            hf_tokens.append(lm.generator.streamer.output)  # put before the step's forward
             if step == 1:
                 lm.transformer.h[-1].output = hidden(lm.transformer.h[-1].output) * -3.0
-            hf_tokens.append(lm.generator.streamer.output)
         hf_ids = tracer.result.save()
     with torch.no_grad(), nm.generate(PROMPTS[1], max_new_tokens=4) as tracer:
         our_tokens = nnsight.save([])
         for step in tracer.iter[:4]:
+            our_tokens.append(nm.generator.streamer.output)  # put before the step's forward
             if step == 1:
                 nm.blocks[-1].output = nm.blocks[-1].output * -3.0
-            our_tokens.append(nm.generator.streamer.output)
         our_ids = tracer.result.save()
     assert our_ids.tolist() == hf_ids.tolist()
     assert [t.tolist() for t in our_tokens] == [t.tolist() for t in hf_tokens]
