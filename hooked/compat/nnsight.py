@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from jaxtyping import Int
 
+from hooked.errors import InputTypeError
 from hooked.generation import generate_stream
 from hooked.tokenization import pad_rows
 
@@ -94,9 +95,10 @@ class HookedNNsight(NNsight):
             options = {} if prepend_bos is None else {"prepend_bos": prepend_bos}
             data, mask = self._module.to_tokens(data, padding_side="left", return_attention_mask=True, **options)
         if not isinstance(data, torch.Tensor) or data.is_floating_point():
-            raise TypeError(
-                "HookedNNsight batches text and token ids; pass embeddings or residuals to a trace "
-                f"with a single input and no invokes (got {type(data).__name__})"
+            kind = "float tensor" if isinstance(data, torch.Tensor) else type(data).__name__
+            raise InputTypeError(
+                f"HookedNNsight batches text and token ids, not a {kind}: trace embeddings or residuals "
+                "as a single input with no tracer.invoke (nm.trace(embeds)), or pass token ids"
             )
         tokens = data[None] if data.ndim == 1 else data  # [batch, pos]
         keep = torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.reshape(tokens.shape).bool()

@@ -64,14 +64,30 @@ def test_every_hook_point_saved_in_one_trace(family, flags):
         torch.testing.assert_close(saved[name], cache[name], rtol=0, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+# the hook points a fused path skips unless something observes them (norm kernels, SDPA, MoE routing, unembed)
+FUSED = ("hook_scale", "hook_normalized", "hook_attn_scores", "hook_pattern", "hook_expert_weights", "hook_out")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_fused_path_hook_point_alone(family):
+    """One trace per hook point that a fused kernel skips: watched on its own, it is computed in
+    execution order (the explicit path runs for it alone)."""
+    check_alone(model_with(family, {}), lambda name: name.endswith(FUSED))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_hook_point_alone(family):
-    """One trace per hook point: each, watched on its own, is computed in execution order
-    (the norms' fused kernels and SDPA give way to the explicit path only for it)."""
-    model = model_with(family, {})
+    """One trace per hook point, every hook point."""
+    check_alone(model_with(family, {}), lambda name: True)
+
+
+def check_alone(model, select) -> None:
     _, cache = model.run_with_cache(TOKENS)
     nm = nnsight.NNsight(model)
-    for name in firing_order(model, TOKENS):
+    names = [name for name in firing_order(model, TOKENS) if select(name)]
+    assert names
+    for name in names:
         with torch.no_grad(), nm.trace(TOKENS):
             value = envoy_at(nm, name).output.save()
         torch.testing.assert_close(value, cache[name], rtol=0, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
@@ -228,3 +244,57 @@ def test_unwatched_and_untraced_runs_are_unchanged():
         out = tracer.result.save()
     torch.testing.assert_close(out, logits, rtol=0, atol=0)
     assert not any(hp.observed for hp in model.hook_points())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tracer_cache_of_every_hook_point_equals_run_with_cache(family):
+    """nnsight's own `tracer.cache()` over the hook points: a cache observer counts as watching."""
+    model = model_with(family, FLAG_SETS["split_inputs"])
+    _, cache = model.run_with_cache(TOKENS)
+    names = [n for n, hp in model.hook_dict.items() if model.is_active(hp)]
+    nm = nnsight.NNsight(model)
+    with torch.no_grad(), nm.trace(TOKENS) as tracer:
+        recorded = tracer.cache(modules=[f"model.{n}" for n in names])
+    for name in names:
+        torch.testing.assert_close(
+            recorded[f"model.{name}"].output, cache[name], rtol=0, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+
+def test_hooked_nnsight_inputs():
+    """HookedNNsight: text as `to_tokens` gives it, one float input passed through, a clear error for batched floats."""
+    from hooked.compat.nnsight import HookedNNsight
+    from hooked.errors import InputTypeError
+    from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+
+    model = hooked_from(tiny_gpt2(), tokenizer=make_tokenizer())
+    nm = HookedNNsight(model)
+    text = "The quick brown fox"
+    with torch.no_grad(), nm.trace(text) as tracer:
+        embed = nm.hook_embed.output.save()
+        logits = tracer.result.save()
+    torch.testing.assert_close(logits, model(text), rtol=0, atol=1e-5)
+    with torch.no_grad(), nm.trace(embed, return_type="logits") as tracer:  # token embeddings in: same logits
+        from_embeds = tracer.result.save()
+    torch.testing.assert_close(from_embeds, model(embed), rtol=0, atol=1e-5)
+    with pytest.raises(InputTypeError, match="text and token ids"), torch.no_grad(), nm.trace() as tracer:
+        with tracer.invoke(embed):
+            pass
+        with tracer.invoke(text):
+            pass
+
+
+def test_hooked_nnsight_generate_matches_model_generate():
+    """`nm.generate` is `model.generate` (greedy by default; sampling with a seed when asked)."""
+    from hooked.compat.nnsight import HookedNNsight
+    from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+
+    model = hooked_from(tiny_gpt2(), tokenizer=make_tokenizer())
+    nm = HookedNNsight(model)
+    prompt = "When Mary and John went"
+    for options in (dict(), dict(do_sample=True, seed=3, temperature=2.0)):
+        with torch.no_grad(), nm.generate(prompt, max_new_tokens=4, **options) as tracer:
+            ids = tracer.result.save()
+        settings = {"do_sample": False, "verbose": False, **options}
+        expected = model.generate(model.to_tokens(prompt), max_new_tokens=4, **settings)
+        assert ids.tolist() == expected.tolist(), options
