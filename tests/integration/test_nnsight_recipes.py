@@ -219,3 +219,59 @@ def test_generate_batched_invokes(pair):
             for _ in tracer.all():
                 nm.ln_final.output = nm.ln_final.output.flip(-1)
     assert our_ids.tolist() == hf_ids.tolist()
+
+
+def test_arena_attention_patterns_queries_and_last_logits(pair):
+    """The ARENA introduction's reads: attention patterns, query vectors, the last position's logits."""
+    lm, nm = pair
+    with torch.no_grad(), lm.trace(PROMPTS[0]):
+        hf_query_key_value = lm.transformer.h[0].attn.c_attn.output.save()  # [batch, pos, 3 * d_model]
+        hf_pattern = lm.transformer.h[0].attn.output[1].save()  # eager attention returns its weights
+        hf_last = lm.lm_head.output[0, -1].save()
+    with torch.no_grad(), nm.trace(PROMPTS[0]):
+        q = nm.blocks[0].attn.hook_q.output.save()  # [batch, pos, head, d_head]
+        pattern = nm.blocks[0].attn.hook_pattern.output.save()  # [batch, head, query, key]
+        last = nm.unembed.output[0, -1].save()
+    d_model = nm._module.cfg.d_model
+    torch.testing.assert_close(q.flatten(-2), hf_query_key_value[..., :d_model], rtol=0, atol=ATOL)
+    torch.testing.assert_close(pattern, hf_pattern, rtol=0, atol=ATOL)
+    torch.testing.assert_close(last, hf_last, rtol=0, atol=ATOL)
+
+
+def test_generate_noise_edit_and_cross_prompt_embeddings(pair):
+    """The early nnsight examples: add noise to the last hidden state while generating; give a
+    placeholder prompt another prompt's embeddings for every generated token (a barrier per step)."""
+    lm, nm = pair
+    noise = torch.randn(1, 64, generator=torch.Generator().manual_seed(1)) * 5.0
+
+    with torch.no_grad(), lm.generate(PROMPTS[0], max_new_tokens=1) as tracer:
+        lm.transformer.h[-1].output = hidden(lm.transformer.h[-1].output) + noise
+        hf_noised = tracer.result.save()
+    with torch.no_grad(), nm.generate(PROMPTS[0], max_new_tokens=1) as tracer:
+        nm.blocks[-1].output = nm.blocks[-1].output + noise
+        noised = tracer.result.save()
+    assert noised.tolist() == hf_noised.tolist()
+
+    source, target = "The capital of France is", "The capital of Italy is"
+    with torch.no_grad(), lm.generate(max_new_tokens=3) as tracer:
+        barrier = tracer.barrier(2)
+        with tracer.invoke(source):
+            embeddings = lm.transformer.wte.output
+            barrier()
+        with tracer.invoke(target):
+            barrier()
+            lm.transformer.wte.output = embeddings
+        with tracer.invoke():
+            hf_ids = tracer.result.save()
+    with torch.no_grad(), nm.generate(max_new_tokens=3) as tracer:
+        barrier = tracer.barrier(2)
+        with tracer.invoke(source):
+            embeddings = nm.embed.output
+            barrier()
+        with tracer.invoke(target):
+            barrier()
+            nm.embed.output = embeddings
+        with tracer.invoke():
+            ids = tracer.result.save()
+    assert ids.tolist() == hf_ids.tolist()
+    assert ids[1, -3:].tolist() == ids[0, -3:].tolist()  # the target continues as the source does
