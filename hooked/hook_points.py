@@ -44,6 +44,24 @@ class LensHandle:
     context_level: int | None = None
 
 
+NNSIGHT_STATE = "__nnsight__"  # where nnsight keeps a module's trace routes (nnsight.intervention.source.STATE)
+
+
+def nnsight_waits_on(state: Any) -> bool:
+    """Whether an nnsight trace running now may serve a worker at this module (`state`: its nnsight state).
+
+    Duck-typed against nnsight's interleaver (tested with nnsight 0.8), so the core never imports it.
+    """
+    interleaver, _, locations = state.active()
+    if interleaver is None:  # no trace running on this module: nnsight's forward is inert
+        return False
+    parked, observers = interleaver.parked, interleaver.observers
+    if any(location in parked or location in observers for location in locations):
+        return True
+    # A worker at a barrier is released by another's visit and may then ask for anything.
+    return any(m.pending is not None and m.pending.provider is None for m in interleaver.mediators)
+
+
 def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> None:
     """Record on an exception the innermost hook it came from (`hook_fn_name`, `hook_point_name`)."""
     if getattr(error, "hook_point_name", None) is not None:
@@ -144,8 +162,30 @@ class HookPoint(nn.Module):
     # -- running -------------------------------------------------------------------
     @property
     def observed(self) -> bool:
-        """True if calling this hook point can do anything: a hook of any kind is attached."""
-        return bool(self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks)
+        """True if calling this hook point can do anything: a hook of any kind is attached, or nnsight waits on it."""
+        return bool(
+            self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks or self.traced_by_nnsight
+        )
+
+    @property
+    def traced_by_nnsight(self) -> bool:
+        """True while an nnsight trace may read, edit or take the gradient of this activation.
+
+        nnsight (`NNsight(model)`, `hooked.compat.nnsight.HookedNNsight`) installs a per-instance
+        `forward` on every module, inert outside a trace. Inside one, each of its workers waits on
+        one location at a time, in execution order, so the hook point is watched when a worker
+        waits on its input, skip or output, a `tracer.cache()` keeps it, or a worker sits at a
+        barrier (it may ask for anything once released). Such an observer counts as an editing hook:
+        the path that computes the activation runs, as for `run_with_hooks`.
+        """
+        state = self.__dict__.get(NNSIGHT_STATE)
+        return state is not None and nnsight_waits_on(state)
+
+    @property
+    def needs_grad_path(self) -> bool:
+        """True if gradients must flow through this hook point's output: a backward hook is attached,
+        or nnsight watches it while autograd records (its `.grad` reads the output's gradient)."""
+        return bool(self._bwd_fns) or (torch.is_grad_enabled() and self.traced_by_nnsight)
 
     @property
     def is_read_only(self) -> bool:
@@ -153,9 +193,9 @@ class HookPoint(nn.Module):
 
         A hook function declares itself read-only with a true `reads_only` attribute, as
         `run_with_cache`'s savers do; any other hook, a backward hook or a torch module hook
-        makes this False.
+        makes this False, and so does an nnsight trace waiting on it (an nnsight read may be an edit).
         """
-        if self._bwd_fns or self._forward_hooks or self._forward_pre_hooks:
+        if self._bwd_fns or self._forward_hooks or self._forward_pre_hooks or self.traced_by_nnsight:
             return False
         return all(getattr(fn, "reads_only", False) for fn in self._fwd_fns.values())
 
@@ -163,6 +203,9 @@ class HookPoint(nn.Module):
         # Bypasses nn.Module.__call__: an unhooked HookPoint costs a few dict checks.
         if self._forward_hooks or self._forward_pre_hooks:
             return super().__call__(x)
+        forward = self.__dict__.get("forward")
+        if forward is not None:  # a per-instance forward (nnsight's controller) sees every call
+            return forward(x)
         if not (self._fwd_fns or self._bwd_fns):
             return x
         return self.forward(x)
