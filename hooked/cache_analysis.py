@@ -190,8 +190,18 @@ class CacheAnalysisMixin:
         """The residual stream as it stood before each layer (`{l}_pre`), up to `layer`.
 
         This is the input of the logit lens: what the model "believes" after l layers.
-        `incl_mid` adds each `resid_mid` (`{l}_mid`), `mlp_input` adds the one of `layer`,
-        and `layer=n_layers` (or None/-1) ends with `final_post`.
+
+        Args:
+            layer: the last layer to include; `n_layers` (or None/-1) ends with `final_post`.
+            incl_mid: add each `resid_mid` (`{l}_mid`).
+            apply_ln: scale each component as the norm reading the stream at `layer` scales it.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            mlp_input: add the `resid_mid` of `layer` (the MLP's input).
+            return_labels: also return the component labels.
+
+        Returns:
+            `[component, batch, pos, d_model]` (and the labels).
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -230,9 +240,21 @@ class CacheAnalysisMixin:
         """The residual stream entering `layer` split into the sublayer outputs that wrote it.
 
         Components are `embed`, `pos_embed`, then `{l}_attn_out` and `{l}_mlp_out` for each
-        earlier layer (`mode` keeps only one kind), plus `{layer}_attn_out` with `mlp_input`.
-        They sum to the residual stream, also with post-sublayer norms (Gemma 2/3): the
-        `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
+        earlier layer. They sum to the residual stream, also with post-sublayer norms (Gemma 2/3):
+        the `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
+
+        Args:
+            layer: the residual stream entering this layer (None: the final one).
+            mlp_input: the stream entering `layer`'s MLP instead (adds `{layer}_attn_out`).
+            mode: "all", or only "attn" or "mlp" outputs.
+            apply_ln: scale each component as the norm reading the stream scales their sum.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            incl_embeds: include `embed` and `pos_embed`.
+            return_labels: also return the component labels.
+
+        Returns:
+            `[component, batch, pos, d_model]` (and the labels).
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -489,6 +511,18 @@ class CacheAnalysisMixin:
         where it was not folded into `W_U` (unprocessed and post-norm models; TransformerLens
         leaves it out). Summed over a full decomposition this is the logit (difference)
         without `b_U` (and without an unfolded final LayerNorm's bias).
+
+        Args:
+            residual_stack: components `[component, batch, pos, d_model]` (from `decompose_resid`,
+                `stack_head_results`, ...), not yet scaled by the final norm.
+            tokens: the answer: a string (one token), an id, or ids `[batch]` (one per example).
+            incorrect_tokens: the wrong answer, same form: attribute the logit difference.
+            pos_slice: the positions `residual_stack` was sliced to, so the cached scale matches.
+            batch_slice: the batch rows `residual_stack` was sliced to.
+            has_batch_dim: False when `residual_stack` has no batch axis.
+
+        Returns:
+            `[component, batch, pos]` contributions (without the axes sliced away).
         """
         directions = self._token_directions(tokens)
         if incorrect_tokens is not None:
@@ -526,6 +560,16 @@ class CacheAnalysisMixin:
 
         Each component goes through `ln_final` with its own statistics, then `W_U`, `b_U`
         and the logit soft-cap, so the last component (`final_post`) equals the logits.
+
+        Args:
+            layer: the last layer to include (None: all, ending with `final_post`).
+            incl_mid: add each `resid_mid`.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            return_labels: also return the component labels.
+
+        Returns:
+            Logits `[component, batch, pos, d_vocab_out]` (and the labels).
         """
         stack, labels = self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
         norm = getattr(self.model, "ln_final", nn.Identity())

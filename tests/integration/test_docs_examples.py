@@ -53,7 +53,7 @@ def _params():
     return params
 
 
-_NAMESPACES: dict[Path, tuple[int, dict]] = {}  # page -> (blocks run so far, their namespace)
+_NAMESPACES: dict[Path, tuple[int, dict]] = {}  # the current page -> (blocks run so far, their namespace)
 
 
 @pytest.mark.parametrize("page, index", _params())
@@ -61,6 +61,7 @@ def test_block_runs(page: Path, index: int, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # blocks that write files write them here
     runnable = [(line, code) for line, info, code in blocks(page) if info == "python"]
     done, namespace = _NAMESPACES.get(page, (0, {}))
+    _NAMESPACES.clear()  # one page's models in memory at a time
     if done > index:  # rerun from the top: this block may rely on state a later block changed
         done, namespace = 0, {}
     for line, code in runnable[done : index + 1]:
