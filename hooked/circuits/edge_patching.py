@@ -182,6 +182,19 @@ def faithfulness_curve(
     """`(edges kept, faithfulness)` of the top-`k` circuit of `graph`'s scores for each `k` in `sizes`.
 
     The reference, clean and empty runs are shared, so each size costs one forward.
+
+    Args:
+        model: the `HookedTransformer`.
+        graph: a scored `Graph` (from `edge_attribution_patching`); it is not modified.
+        clean: tokens `[batch, pos]` the circuits run on.
+        corrupted: tokens `[batch, pos]` whose activations the removed edges carry (same shape).
+        metric: logits `[batch, pos, d_vocab]` -> scalar.
+        sizes: the circuit sizes k (edges kept) to evaluate.
+        attention_mask: shared padding mask `[batch, pos]` of both batches.
+        ablation: "corrupted" or "mean", as in `edge_patching`.
+
+    Returns:
+        `(edges kept after pruning, faithfulness)` for each size.
     """
     check_pair(clean, corrupted)
     reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
