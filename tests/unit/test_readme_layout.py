@@ -63,3 +63,8 @@ def test_every_folder_has_a_row():
 def test_every_row_names_a_folder_that_exists():
     stale = [path for path in table_paths() if not (ROOT / path).is_dir()]
     assert not stale, f"README.md's 'What is where' table lists folders that do not exist: {stale}"
+
+
+def test_readme_stays_a_guide():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move reference material into a docs/ page"
