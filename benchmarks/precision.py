@@ -1,4 +1,4 @@
-"""Half precision per family: hooked vs HF in the same dtype, and both vs float32 (the README table).
+"""Half precision per family: hooked vs HF in the same dtype, and both vs float32 (the table in docs/numerics.md).
 
 For each tiny random model of `tests/precision_models.FAMILIES` (`precision_rows`), HF loads the
 saved float32 checkpoint with `from_pretrained(dtype=...)` (as users run it: rotary frequencies

@@ -24,7 +24,7 @@ from tests.precision_models import FAMILIES, precision_rows
 
 CUDA = torch.device("cuda:0")
 EXACT = dict(atol=0.0, rtol=0.0)
-#: where `make test-gpu` on the device machine collects the measured rows (the README/notes figures)
+#: where `make test-gpu` on the device machine collects the measured rows (the figures in docs/scaling-out.md and docs/benchmarks.md)
 REPORT = Path(os.environ.get("HOOKED_GPU_REPORT", "")) if os.environ.get("HOOKED_GPU_REPORT") else None
 
 
