@@ -70,7 +70,7 @@ def resolve_device_map(
         model: the model to place (its config and parameter sizes are read, nothing moves).
         device_map: "auto", "balanced", "sequential", or `{part: device}` over `embed`, `pos_embed`,
             `blocks.{i}`, `ln_final`, `unembed` (`""` for the whole model).
-        max_memory: `{device: bytes or "200MB"}` budgets (default: what is free on each device).
+        max_memory: `{device: bytes or "200MB"}` budgets (default: accelerate's `get_max_memory()`, what is available).
         n_devices: TransformerLens's split over this many GPUs, when `device_map` is None.
 
     Returns:
