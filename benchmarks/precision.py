@@ -1,10 +1,10 @@
-"""Half precision per family: hooked vs HF in the same dtype, and both vs float32 (the README table).
+"""Half precision per family: hooked vs HF in the same dtype, and both vs float32 (the table in docs/numerics.md).
 
 For each tiny random model of `tests/precision_models.FAMILIES` (`precision_rows`), HF loads the
 saved float32 checkpoint with `from_pretrained(dtype=...)` (as users run it: rotary frequencies
 stay float32) and hooked takes the same HF model unprocessed in that dtype. Each cell is the
 largest |difference| of log-probabilities over a 2 x 12 token batch; δ_HF is HF's own eager vs
-SDPA gap in that dtype (SPEC §12's yardstick for half precision).
+SDPA gap in that dtype (the yardstick for half precision: docs/numerics.md#half-precision).
 
     python benchmarks/precision.py [--dtypes bfloat16 float16] [--families gpt2 llama_gqa]
 """

@@ -23,6 +23,11 @@ class ActivationCache(CacheAnalysisMixin):
     end. `tokens` and `attention_mask` are those of the cached forward (None if unknown).
     Residual-stream analysis (decompositions, direct logit attribution, logit lens) comes
     from `CacheAnalysisMixin` (`hooked/cache_analysis.py`).
+
+    Args:
+        cache_dict: hook name -> activation (`[batch, pos, ...]`, or `[pos, ...]` without a batch axis).
+        model: the model the activations came from (analysis reads its config and weights).
+        has_batch_dim: False when the batch axis was removed (`remove_batch_dim=True`).
     """
 
     def __init__(self, cache_dict: dict[str, torch.Tensor], model, has_batch_dim: bool = True):
@@ -44,6 +49,15 @@ class ActivationCache(CacheAnalysisMixin):
         raise TypeError(f"Cache keys are str or tuple, got {type(key).__name__}")
 
     def __getitem__(self, key) -> torch.Tensor:
+        """The activation under `key`: an exact hook name or a TransformerLens shorthand.
+
+        Args:
+            key: `"blocks.0.attn.hook_pattern"`, `("pattern", 0)`, `("resid_pre", -1)`,
+                `("scale", 4, "ln1")`, `"k6"` or `"scale4ln1"`; negative layers count from the end.
+
+        Returns:
+            The cached tensor, e.g. `[batch, head, query_pos, key_pos]` for a pattern.
+        """
         name = self._key(key)
         if name not in self.cache_dict:
             raise MissingHooksError(

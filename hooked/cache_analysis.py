@@ -190,8 +190,18 @@ class CacheAnalysisMixin:
         """The residual stream as it stood before each layer (`{l}_pre`), up to `layer`.
 
         This is the input of the logit lens: what the model "believes" after l layers.
-        `incl_mid` adds each `resid_mid` (`{l}_mid`), `mlp_input` adds the one of `layer`,
-        and `layer=n_layers` (or None/-1) ends with `final_post`.
+
+        Args:
+            layer: the last layer to include; `n_layers` (or None/-1) ends with `final_post`.
+            incl_mid: add each `resid_mid` (`{l}_mid`).
+            apply_ln: scale each component as the norm reading the stream at `layer` scales it.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            mlp_input: add the `resid_mid` of `layer` (the MLP's input).
+            return_labels: also return the component labels.
+
+        Returns:
+            `[component, batch, pos, d_model]` (and the labels).
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -230,9 +240,21 @@ class CacheAnalysisMixin:
         """The residual stream entering `layer` split into the sublayer outputs that wrote it.
 
         Components are `embed`, `pos_embed`, then `{l}_attn_out` and `{l}_mlp_out` for each
-        earlier layer (`mode` keeps only one kind), plus `{layer}_attn_out` with `mlp_input`.
-        They sum to the residual stream, also with post-sublayer norms (Gemma 2/3): the
-        `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
+        earlier layer. They sum to the residual stream, also with post-sublayer norms (Gemma 2/3):
+        the `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
+
+        Args:
+            layer: the residual stream entering this layer (None: the final one).
+            mlp_input: the stream entering `layer`'s MLP instead (adds `{layer}_attn_out`).
+            mode: "all", or only "attn" or "mlp" outputs.
+            apply_ln: scale each component as the norm reading the stream scales their sum.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            incl_embeds: include `embed` and `pos_embed`.
+            return_labels: also return the component labels.
+
+        Returns:
+            `[component, batch, pos, d_model]` (and the labels).
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -300,6 +322,18 @@ class CacheAnalysisMixin:
         scale frozen from the cache (`hook_scale`, as `apply_ln` freezes the final norm's)
         and its gain applied, so a layer's heads sum to its `hook_attn_out`;
         `freeze_post_norm=False` gives the raw results from before the norm instead.
+
+        Args:
+            layer: heads of the layers before this one (-1: all layers).
+            return_labels: also return the labels `L{l}H{h}`.
+            incl_remainder: append the rest of the residual stream, so the stack sums to it.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            apply_ln: scale each head's write as the norm reading the stream at `layer` scales it.
+            freeze_post_norm: pass each write through its post-sublayer norm (see above).
+
+        Returns:
+            `[layer * head (+1), batch, pos, d_model]` (and the labels).
         """
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
@@ -399,6 +433,23 @@ class CacheAnalysisMixin:
         Behind post-sublayer norms (Gemma 2/3 `ln2_post`, OLMo-2/3 `ln2`) each write goes
         through that norm with its cached scale frozen and its gain applied, so a layer's
         neurons sum to its `hook_mlp_out`; `freeze_post_norm=False` gives the raw writes.
+
+        Args:
+            layer: neurons of the layers before this one.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            neuron_slice: the neurons to keep in each layer (same forms as `pos_slice`).
+            return_labels: also return the labels `L{l}N{n}`.
+            incl_remainder: append the rest of the residual stream.
+            apply_ln: scale each write as the norm reading the stream at `layer` scales it.
+            project_output_onto: a direction `[d_model]` or directions `[d_model, k]`: return each
+                neuron's write projected onto it instead of the full `[d_model]` vector.
+            mlp_input: measure against the stream entering `layer`'s MLP (its `ln2` scale, and
+                `resid_mid` for the remainder) instead of the block's input.
+            freeze_post_norm: pass each write through its post-sublayer norm (see above).
+
+        Returns:
+            `[layer * d_mlp (+1), batch, pos, d_model or k]` (and the labels).
         """
         layer = self._final_layer(layer)
         self._check_dense_mlp()
@@ -459,6 +510,18 @@ class CacheAnalysisMixin:
         reader is `ln1` of `layer` (`ln2` with `mlp_input`), or `ln_final` for None/-1/n_layers.
         `recompute_ln` at the final layer instead applies `ln_final` to each component alone
         (the logit lens). Models without norms get the stack back unchanged.
+
+        Args:
+            residual_stack: components `[component, batch, pos, d_model]`.
+            layer: whose reader norm: `ln1` of `layer`, or `ln_final` for None/-1/n_layers.
+            mlp_input: use `ln2` of `layer` instead.
+            pos_slice: the positions `residual_stack` holds, so the cached scale matches.
+            batch_slice: the batch rows to keep.
+            has_batch_dim: False when `residual_stack` has no batch axis.
+            recompute_ln: at the final layer, normalize each component with its own statistics.
+
+        Returns:
+            The scaled stack, same shape.
         """
         layer = self._final_layer(layer)
         norm, _ = self._reader_norm(layer, mlp_input)
@@ -489,6 +552,18 @@ class CacheAnalysisMixin:
         where it was not folded into `W_U` (unprocessed and post-norm models; TransformerLens
         leaves it out). Summed over a full decomposition this is the logit (difference)
         without `b_U` (and without an unfolded final LayerNorm's bias).
+
+        Args:
+            residual_stack: components `[component, batch, pos, d_model]` (from `decompose_resid`,
+                `stack_head_results`, ...), not yet scaled by the final norm.
+            tokens: the answer: a string (one token), an id, or ids `[batch]` (one per example).
+            incorrect_tokens: the wrong answer, same form: attribute the logit difference.
+            pos_slice: the positions `residual_stack` was sliced to, so the cached scale matches.
+            batch_slice: the batch rows `residual_stack` was sliced to.
+            has_batch_dim: False when `residual_stack` has no batch axis.
+
+        Returns:
+            `[component, batch, pos]` contributions (without the axes sliced away).
         """
         directions = self._token_directions(tokens)
         if incorrect_tokens is not None:
@@ -526,6 +601,16 @@ class CacheAnalysisMixin:
 
         Each component goes through `ln_final` with its own statistics, then `W_U`, `b_U`
         and the logit soft-cap, so the last component (`final_post`) equals the logits.
+
+        Args:
+            layer: the last layer to include (None: all, ending with `final_post`).
+            incl_mid: add each `resid_mid`.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            return_labels: also return the component labels.
+
+        Returns:
+            Logits `[component, batch, pos, d_vocab_out]` (and the labels).
         """
         stack, labels = self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
         norm = getattr(self.model, "ln_final", nn.Identity())
@@ -564,6 +649,21 @@ class CacheAnalysisMixin:
         with the cached scale frozen (see `stack_head_results`); `freeze_post_norm=False`
         gives the raw pre-norm writes, which do not sum to it.
         `project_output_onto` is applied per component (before neuron expansion).
+
+        Args:
+            layer: the residual stream entering this layer (None: the final one).
+            mlp_input: the stream entering `layer`'s MLP (adds its heads).
+            expand_neurons: one component per neuron (False: one per MLP layer, `{l}_mlp_out`).
+            apply_ln: scale each component as the norm reading the stream scales their sum.
+            pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
+                list or tensor indexes); None keeps all.
+            return_labels: also return the component labels.
+            project_output_onto: a direction `[d_model]` or directions `[d_model, k]` to project
+                each component onto.
+            freeze_post_norm: pass writes through post-sublayer norms (see `stack_head_results`).
+
+        Returns:
+            `[component, batch, pos, d_model or k]` (and the labels).
         """
         layer = self._final_layer(layer)
         if freeze_post_norm and has_post_sublayer_norms(self.model.cfg):

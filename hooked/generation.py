@@ -1,6 +1,6 @@
 """Text generation: a KV-cached decoding loop with hooks and activation caches across every step.
 
-One call runs like this (SPEC §7):
+One call runs like this (docs/generation.md):
 
     prompt     --prefill, step 0-->   logits [b, V]  --sample-->  token 1
     token 1    --step 1 ---------->   logits [b, V]  --sample-->  token 2
@@ -380,7 +380,7 @@ class GenerationOutput:
             without a tokenizer).
         logits: one `[b, V]` tensor per generated token: the last-position logits it
             was sampled from (after the output soft-cap, before any sampling step).
-        cache: with `return_cache`, the activations of every fed position (§11).
+        cache: with `return_cache`, the activations of every fed position (docs/generation.md).
         attention_mask: `[b, prompt + new]`, 1 for real tokens.
         finished: `[b]`, True for rows that produced a stop token.
     """
@@ -522,28 +522,42 @@ def generate(
     generator: torch.Generator | None = None,
     seed: int | None = None,
 ):
-    """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (SPEC §7).
+    """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (docs/generation.md).
 
-    Arguments:
-        input: text, a list of texts (always left-padded), tokens `[b, p]` or `[p]`
-            (with an optional left-padding `attention_mask`), or embeddings `[b, p, d]`.
+    Each step runs one forward over the newest position only (the KV cache holds the rest), samples
+    a token from the last position's logits, and feeds it back. Hooks stay active on every step.
+
+    Args:
+        model: the `HookedTransformer` to sample from.
+        input: text, a list of texts (always left-padded), tokens `[batch, pos]` or `[pos]`
+            (with an optional left-padding `attention_mask`), or embeddings `[batch, pos, d_model]`.
         max_new_tokens: the most tokens to add; fewer if every row stops early.
-        stop_at_eos, eos_token_id: a row finishes when it samples a stop id (an int or
-            a list; None = the tokenizer's EOS) and then emits the pad EOS.
-        do_sample, top_k, top_p, temperature, freq_penalty, repetition_penalty,
-            generator, seed: sampling, in SPEC §7.2's order. Sampling is the default
-            (`do_sample=True`, as in TransformerLens); `seed` makes a generator.
-        use_past_kv_cache: feed one token per step (True) or the whole sequence.
-        prepend_bos, padding_side: tokenization of text, and the pad inference for raw
-            tokens without a mask (text is left-padded regardless).
+        stop_at_eos: finish a row when it samples a stop id; it then emits the pad EOS.
+        eos_token_id: the stop id, or a list of them (None: the tokenizer's EOS).
+        do_sample: sample (the default, as in TransformerLens) or take the argmax (False).
+        top_k: keep only the k most likely tokens before sampling.
+        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
+        temperature: divide the logits by it; 0 means greedy.
+        freq_penalty: subtract `freq_penalty * count` for each token already in the row.
+        use_past_kv_cache: feed one token per step (True) or the whole sequence each step.
+        prepend_bos: add BOS to text input (None: the model's default).
+        padding_side: pad inference for raw tokens without a mask (text is left-padded regardless).
         return_type: "input" (the input's kind), "str", "tokens" or "embeds".
         verbose: show a tqdm progress bar.
+        repetition_penalty: divide positive (multiply negative) logits of tokens already in the row.
+        attention_mask: `[batch, pos]` 0/1 mask of left-padded token input.
         fwd_hooks: `(name or filter, fn)` pairs active from the prefill to the last step,
             removed afterwards (also on error). `model.forward_state.step` is 0 at the
             prefill and t at step t; see `hooked.utils.at_steps`.
-        return_cache, names_filter, device: record the activations of every fed position
-            after all interventions, as `run_with_cache(sequence[:, :-1])` would.
-        output_logits: also return each step's pre-sampling logits.
+        return_cache: record the activations of every fed position after all interventions,
+            as `run_with_cache(sequence[:, :-1])` would.
+        names_filter: which hooks `return_cache` records (as `run_with_cache`).
+        device: where `return_cache` stores the activations.
+        output_logits: also return each step's pre-sampling logits `[batch, d_vocab]`.
+        generator: the `torch.Generator` to sample with.
+        seed: make a generator seeded with this value.
+
+    The sampling steps run in the order given in docs/generation.md ("Sampling order").
 
     Returns:
         The `return_type` output, or a `GenerationOutput` if `output_logits` or

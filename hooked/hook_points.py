@@ -377,7 +377,17 @@ class HookedRootModule(nn.Module):
         level: int | None = None,
         prepend: bool = False,
     ) -> None:
-        """Add `hook` to the hook point `name`, or to every active one a predicate accepts."""
+        """Add `hook` to the hook point `name`, or to every active one a predicate accepts.
+
+        Args:
+            name: an exact hook name (unknown names raise with close matches) or a predicate
+                `name -> bool` over active hook points.
+            hook: `fn(activation, hook) -> Tensor | None`; a returned tensor replaces the activation.
+            dir: "fwd" (the activation) or "bwd" (its gradient).
+            is_permanent: survive `reset_hooks()` unless `including_permanent=True`.
+            level: a context level tag (`hooks()` removes its own level on exit).
+            prepend: run before the hooks already on that point.
+        """
         check_hook_fn(hook, repr(name) if isinstance(name, str) else "a name filter")
         with exclusive(self):  # never change hooks under another thread's running call
             for hp in self._resolve(name):
@@ -435,6 +445,15 @@ class HookedRootModule(nn.Module):
 
         Each `with` opens a new context level, so contexts nest: leaving an inner one
         removes only its own hooks.
+
+        Args:
+            fwd_hooks: `(name or predicate, fn)` pairs on activations.
+            bwd_hooks: `(name or predicate, fn)` pairs on gradients.
+            reset_hooks_end: remove the hooks on exit (False: leave them until `reset_hooks()`).
+            clear_contexts: also clear each hook point's `ctx` dict on exit.
+
+        Yields:
+            The model itself.
         """
         fwd_hooks, bwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks"), check_hook_pairs(bwd_hooks, "bwd_hooks")
         with exclusive(self):
@@ -454,7 +473,21 @@ class HookedRootModule(nn.Module):
                 self.context_level -= 1
 
     def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
-        """`forward(*args, **kwargs)` with the given hooks attached for this call only."""
+        """`forward(*args, **kwargs)` with the given hooks attached for this call only.
+
+        Args:
+            *args: the arguments of `forward`.
+            fwd_hooks: `(name or predicate, fn)` pairs: `fn(activation, hook)` may edit the
+                activation in place or return a replacement of the same shape.
+            bwd_hooks: `(name or predicate, fn)` pairs on gradients (pass `reset_hooks_end=False`
+                to keep them until you call `.backward()`).
+            reset_hooks_end: remove the hooks when the call returns.
+            clear_contexts: also clear each hook point's `ctx` dict.
+            **kwargs: `forward`'s keywords.
+
+        Returns:
+            What `forward` returns.
+        """
         if bwd_hooks and reset_hooks_end:
             logger.warning(
                 "run_with_hooks got bwd_hooks with reset_hooks_end=True: they are removed before you can call "

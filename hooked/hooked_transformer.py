@@ -76,10 +76,15 @@ _GQA_ATTN_IN = (
 class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, WeightProcessingMixin, HookedRootModule):
     """A transformer language model with a hook on every activation (TransformerLens API).
 
-    Arguments:
+    The model is built from `hooked.components` (embedding, blocks, final norm, unembedding); every
+    activation passes through a `HookPoint` named as in TransformerLens (`blocks.3.attn.hook_pattern`),
+    so it can be cached, read or replaced. Most code builds one with `from_pretrained`.
+
+    Args:
         cfg: a `HookedTransformerConfig` or a dict of its fields.
         tokenizer: a HuggingFace tokenizer; without one, `cfg.d_vocab` must be set.
-        default_padding_side: padding used when a call does not choose one.
+        move_to_device: move the new model to `cfg.device`.
+        default_padding_side: padding used when a call does not choose one ("right" or "left").
     """
 
     def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):
@@ -162,12 +167,41 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         """Load a HuggingFace checkpoint (hub id, local directory, `.gguf`, or bundled name).
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
-        given), then processed as TransformerLens does by default. `n_devices=N` splits the
-        blocks evenly over N GPUs; `device_map` ("auto" or `{part: device}`), `max_memory`
-        and `offload_folder` have HF's meaning (CPU and disk offload included): each part is
-        then loaded straight to its device or offload file (see hooked/scale/dispatch.py). Under
-        `torchrun`, `pipeline=True` (with `micro_batches=`, `timeout_s=`) gives each rank one
-        stage of blocks and reads only that stage's tensors (`hooked/scale/pipeline.py`).
+        given), then processed as TransformerLens does by default (docs/numerics.md,
+        "Weight processing"): the predictions are unchanged, the weights easier to read.
+
+        Args:
+            model_name: a bundled name ("smollm2-135m", "gemma-3-270m"), a TransformerLens
+                official name or alias, a HF hub id, a local checkpoint directory or a `.gguf` file.
+            fold_ln: fold each norm's gain (and bias) into the weights that read it.
+            center_writing_weights: remove the mean over d_model from every residual write
+                (LayerNorm models only).
+            center_unembed: remove the mean over the vocabulary from `W_U` (log-probs unchanged).
+            refactor_factored_attn_matrices: rebalance `W_Q`/`W_K` and `W_V`/`W_O` by SVD.
+            checkpoint_index: a Pythia training checkpoint, by index in TransformerLens's list.
+            checkpoint_value: a Pythia training checkpoint, by step.
+            checkpoint_label: alias of `checkpoint_value`, as in TransformerLens.
+            hf_model: an HF model already in memory: its weights are converted (never written).
+            device: where the model lives ("cpu", "cuda", ...).
+            n_devices: split the blocks evenly and contiguously over `cuda:0` ... `cuda:{n-1}`.
+            tokenizer: a tokenizer to use instead of the checkpoint's.
+            move_to_device: move the model to `device` after loading.
+            fold_value_biases: fold each head's value bias into the output bias.
+            default_prepend_bos: whether text gets a BOS token by default (None: the family's default).
+            default_padding_side: "right" or "left", for batches of text.
+            dtype: the weights' dtype; processing always runs in float32 before the cast.
+            first_n_layers: load only the first n blocks.
+            n_ctx: the context length (default: the checkpoint's `max_position_embeddings`).
+            device_map: "auto", "balanced", "sequential" or `{part: device}` over `embed`,
+                `pos_embed`, `blocks.{i}`, `ln_final`, `unembed` (devices, "cpu" or "disk"), as in HF.
+            max_memory: `{device: bytes or "200MB"}` budgets for `device_map`, as in HF.
+            offload_folder: where parts placed on "disk" are written.
+            **from_pretrained_kwargs: `revision`, `torch_dtype`, and under `torchrun`
+                `pipeline=True` with `micro_batches=` and `timeout_s=` (default 300 s): each rank
+                loads one stage of blocks (docs/scaling-out.md).
+
+        Returns:
+            The loaded `HookedTransformer`.
         """
         if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank: hooked/scale/pipeline.py
             args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
@@ -316,11 +350,31 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
     ):
         """Run the model on text, tokens, token embeddings or (with `start_at_layer`) a residual.
 
-        Returns logits `[batch, pos, d_vocab_out]`, a loss, `Output(logits, loss)`, None,
-        or with `stop_at_layer` the residual stream entering that block. `step` sets
-        `forward_state.step` (default: the KV cache's forward count, else 0).
-        `logits_to_keep=k > 0` unembeds only the last k positions (as HuggingFace's
-        argument of that name; `generate` needs only the last): logits `[batch, k, d_vocab_out]`.
+        Args:
+            input: a string, a list of strings (padded with the tokenizer's mask), tokens
+                `[batch, pos]` or `[pos]`, token embeddings `[batch, pos, d_model]`, or with
+                `start_at_layer` the residual stream `[batch, pos, d_model]` entering that block.
+            return_type: "logits", "loss", "both" (`Output(logits, loss)`) or None.
+            loss_per_token: return the loss per position `[batch, pos - 1]` instead of the mean.
+            prepend_bos: add BOS to text input (default: the model's `cfg.default_prepend_bos`).
+            padding_side: "left" or "right", for a list of strings.
+            start_at_layer: run from this block on, taking `input` as its residual.
+            tokens: the tokens `[batch, pos]` a loss needs when `input` is not tokens.
+            shortformer_pos_embed: positional embeddings `[batch, pos, d_model]` of a shortformer
+                model that starts at a later layer.
+            attention_mask: `[batch, pos]` 0/1 mask of padded tokens (cached and new positions
+                with a KV cache); text input builds it from the tokenizer.
+            stop_at_layer: stop before this block and return the residual entering it.
+            past_kv_cache: a `HookedTransformerKeyValueCache` to read and extend.
+            step: sets `forward_state.step`, which hooks can read (default: the KV cache's
+                forward count, else 0).
+            logits_to_keep: `k > 0` unembeds only the last k positions (as HuggingFace's argument
+                of that name; `generate` needs only the last).
+
+        Returns:
+            Logits `[batch, pos, d_vocab_out]` (`[batch, k, d_vocab_out]` with `logits_to_keep`),
+            a loss, `Output(logits, loss)`, None, or with `stop_at_layer` the residual
+            `[batch, pos, d_model]` entering that block.
         """
         if return_type not in ("logits", "loss", "both", None):
             raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
@@ -502,7 +556,20 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
     # -- caching -----------------------------------------------------------------------
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Run forward and return `(output, ActivationCache)` (or a dict with `return_cache_object=False`)."""
+        """Run forward and return `(output, ActivationCache)`, recording every hooked activation.
+
+        Args:
+            *model_args: the arguments of `forward` (text, tokens, ...).
+            return_cache_object: an `ActivationCache` (True) or a plain dict.
+            remove_batch_dim: store `activation[0]` (the batch must be 1).
+            **kwargs: `names_filter` (a name, a list of names or a predicate: which hooks to
+                cache; unknown exact names raise), `device` (where to store), `incl_bwd` (also
+                cache gradients under `name + "_grad"`; the output must be a scalar), `pos_slice`
+                (positions to keep), `reset_hooks_end`, `clear_contexts`, and `forward`'s keywords.
+
+        Returns:
+            `(output, cache)`; the cache also stores the run's `tokens` and `attention_mask`.
+        """
         out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if not return_cache_object:
             return out, cache_dict

@@ -159,6 +159,24 @@ def generic_activation_patch(
     axis lengths) or the rows of `index_df` (flat output); the first entry is the layer.
     `batch_size` patches run per forward (None: `auto_batch_size`), with the same results
     as one forward each. A tqdm bar counts the patches (`verbose=False` hides it).
+
+    Args:
+        model: the `HookedTransformer`.
+        corrupted_tokens: the corrupted prompt(s) `[batch, pos]`, run once per patch.
+        clean_cache: the `ActivationCache` of the clean run, same shape as the corrupted run.
+        patching_metric: logits `[batch, pos, d_vocab]` -> scalar (one number per patch).
+        patch_setter: `(corrupted_activation, index, clean_activation) -> patched activation`,
+            e.g. `layer_pos_patch_setter`.
+        activation_name: the activation patched in each layer (`"resid_pre"`, `"z"`, `"pattern"`, ...).
+        index_axis_names: the axes to sweep, e.g. `["layer", "pos"]` or `["layer", "pos", "head"]`.
+        index_df: explicit index rows instead: a pandas DataFrame, a list of tuples or an
+            `[n, k]` tensor (first column the layer).
+        return_index_df: also return the index as a DataFrame (needs pandas).
+        batch_size: patches per forward (1: one forward each; None: as many as fit a memory budget).
+        verbose: show the progress bar.
+
+    Returns:
+        The metric per patch: `[*axis lengths]` (e.g. `[layer, pos]`), or `[n]` for `index_df`.
     """
     _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name)
     if index_df is None:
@@ -307,7 +325,11 @@ def _partial(setter: PatchSetter, name: str, axes: tuple[str, ...]):
     fn = partial(
         generic_activation_patch, patch_setter=setter, activation_name=name, index_axis_names=axes, batch_size=None
     )
-    fn.__doc__ = f"Patch `{name}` over {axes}; returns `[{', '.join(axes)}]`."
+    fn.__doc__ = (
+        f"Patch `{name}` at every ({', '.join(axes)}) and return the metric, `[{', '.join(axes)}]`.\n\n"
+        f"`fn(model, corrupted_tokens, clean_cache, patching_metric, *, batch_size=None, verbose=True)`:\n"
+        f"`generic_activation_patch` with the setter `{setter.__name__}`, many patches per forward."
+    )
     return fn
 
 

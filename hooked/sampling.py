@@ -1,4 +1,4 @@
-"""Sampling the next token (SPEC §7.2): small pure functions on float32 last-position logits `[batch, vocab]`.
+"""Sampling the next token (docs/generation.md, "Sampling order"): small pure functions on float32 last-position logits `[batch, vocab]`.
 
 In order: repetition penalty, greedy (argmax) or temperature, frequency penalty,
 top-k / top-p filtering, then a draw from the categorical distribution.
@@ -86,7 +86,7 @@ def sample_next_token(
     repetition_penalty: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> Int[torch.Tensor, "batch"]:
-    """One token per row, in SPEC §7.2's order.
+    """One token per row, in the order of docs/generation.md ("Sampling order").
 
     1. repetition penalty over the row's real `tokens`; 2. greedy argmax if `do_sample`
     is False or `temperature` is 0; 3. divide by `temperature`; 4. frequency penalty;

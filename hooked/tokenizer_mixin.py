@@ -74,7 +74,21 @@ class TokenizerMixin:
         *,
         return_attention_mask: bool = False,
     ) -> Int[torch.Tensor, "batch pos"] | tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
-        """Tokenize text into `[batch, pos]` ids (and the mask with `return_attention_mask`)."""
+        """Tokenize text into `[batch, pos]` ids (and the mask with `return_attention_mask`).
+
+        BOS is handled at the id level: it is added at most once, never doubled.
+
+        Args:
+            input: a string or a list of strings (padded to the longest).
+            prepend_bos: add BOS (default: the model's `cfg.default_prepend_bos`); never mutates it.
+            padding_side: "left" or "right" (default: the model's); never mutates the tokenizer.
+            move_to_device: put the ids on the model's device.
+            truncate: cut to `cfg.n_ctx` tokens.
+            return_attention_mask: also return the `[batch, pos]` 0/1 mask of real tokens.
+
+        Returns:
+            Token ids `[batch, pos]`, or `(tokens, attention_mask)`.
+        """
         tok = self._need_tokenizer()
         bos, side = self._tokenization_options(prepend_bos, padding_side)
         texts = check_text(input)

@@ -55,14 +55,25 @@ def attribution_patch(
 ) -> dict[str, torch.Tensor]:
     """Estimated effect of patching each element of each hooked activation from clean into corrupted.
 
-    Arguments:
-        names_filter: hook names: a name, a list, or a predicate (as `run_with_cache`).
+    Attribution patching (AtP) replaces one forward per patch with a gradient: the effect of patching
+    activation `a` is about `grad metric(corrupted run) * (a_clean - a_corrupted)`. Integrated
+    gradients ("ig") average the gradient along the straight path from corrupted to clean.
+
+    Args:
+        model: the `HookedTransformer`.
+        clean: tokens `[batch, pos]` of the clean prompts.
+        corrupted: tokens `[batch, pos]` of the corrupted prompts (same shape as `clean`).
         metric: logits `[batch, pos, d_vocab]` of the `corrupted`-sized batch -> scalar.
-        method: "atp" or "ig" (integrated gradients with `steps` points, batched
-            `steps_per_forward` at a time: default all).
+        names_filter: hook names: a name, a list, or a predicate (as `run_with_cache`).
+        method: "atp" or "ig" (integrated gradients with `steps` points).
+        steps: integration points of "ig".
         sum_batch: sum the result over the batch axis.
-        recompute_softmax, grad_drop: AtP*'s fixes (method "atp" only). With
-            `recompute_softmax`, `hook_q`/`hook_k` results are `[batch, pos, head]`.
+        attention_mask: shared padding mask `[batch, pos]` of both batches (their positions must line up).
+        recompute_softmax: AtP* (method "atp" only): `hook_q`/`hook_k` get the exactly recomputed
+            attention pattern; their results are then `[batch, pos, head]`.
+        grad_drop: AtP*'s GradDrop (method "atp" only): sum |AtP| with each layer's residual-write
+            gradient dropped in turn.
+        steps_per_forward: "ig" points stacked into one batched forward (default: all).
 
     Returns:
         hook name -> tensor of the activation's shape (see `recompute_softmax`).

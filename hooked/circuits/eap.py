@@ -45,12 +45,23 @@ def edge_attribution_patching(
 ) -> Graph:
     """Score every edge of `Graph.from_model(model)`; returns the graph (all edges in, scores set).
 
-    Arguments:
+    An edge u -> v scores `(out_u(clean) - out_u(corrupted)) . grad in_v`: the first-order
+    estimate of how much the metric changes when that one edge carries its corrupted value.
+
+    Args:
+        model: the `HookedTransformer`.
+        clean: tokens `[batch, pos]` of the clean prompts.
+        corrupted: tokens `[batch, pos]` of the corrupted prompts (same shape).
         metric: logits `[batch, pos, d_vocab]` of the `clean`-sized batch -> scalar.
         method: "eap" (gradient at the clean run) or "eap-ig" (`steps` interpolated inputs).
-        attention_mask: shared padding mask of both batches (their positions must line up).
+        steps: interpolation points of "eap-ig".
+        attention_mask: shared padding mask `[batch, pos]` of both batches (their positions must line up).
         steps_per_forward: EAP-IG steps stacked into one batched forward (default: all);
             lower it to bound memory.
+
+    Returns:
+        The `Graph` with `scores` `[n_senders, n_receivers]` set; choose a circuit with
+        `.top_k(k)` or `.threshold(t)`.
     """
     if method not in ("eap", "eap-ig"):
         raise InputError(f"method must be 'eap' or 'eap-ig', got {method!r}")

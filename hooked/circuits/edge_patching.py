@@ -109,7 +109,22 @@ def edge_patching(
     attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
     ablation: str = "corrupted",
 ) -> Float[torch.Tensor, "batch pos d_vocab"]:
-    """Logits of the circuit `graph` on `clean`, edges outside it from `corrupted` (or its mean)."""
+    """Logits of the circuit `graph` on `clean`, edges outside it from `corrupted` (or its mean).
+
+    Exact: one forward in which every edge outside the circuit carries its corrupted value.
+
+    Args:
+        model: the `HookedTransformer`.
+        graph: the circuit: a `Graph` whose `in_graph` marks the kept edges.
+        clean: tokens `[batch, pos]` the circuit runs on.
+        corrupted: tokens `[batch, pos]` whose activations the removed edges carry (same shape).
+        attention_mask: shared padding mask `[batch, pos]` of both batches.
+        ablation: "corrupted" (each removed edge from the same corrupted prompt) or "mean"
+            (from the mean over the corrupted batch).
+
+    Returns:
+        Logits `[batch, pos, d_vocab]`.
+    """
     check_pair(clean, corrupted)
     reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
     return run_circuit(model, graph, clean, reference, attention_mask)
@@ -128,6 +143,18 @@ def faithfulness(
 
     1 means the circuit alone recovers the clean metric; 0 means it does no better than
     the corrupted run (the empty circuit, with the same `ablation`).
+
+    Args:
+        model: the `HookedTransformer`.
+        graph: the circuit: a `Graph` whose `in_graph` marks the kept edges.
+        clean: tokens `[batch, pos]` the circuit runs on.
+        corrupted: tokens `[batch, pos]` whose activations the removed edges carry (same shape).
+        metric: logits `[batch, pos, d_vocab]` -> scalar.
+        attention_mask: shared padding mask `[batch, pos]` of both batches.
+        ablation: "corrupted" or "mean", as in `edge_patching`.
+
+    Returns:
+        The fraction of the clean-vs-corrupted metric difference the circuit keeps.
     """
     check_pair(clean, corrupted)
     reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
@@ -155,6 +182,19 @@ def faithfulness_curve(
     """`(edges kept, faithfulness)` of the top-`k` circuit of `graph`'s scores for each `k` in `sizes`.
 
     The reference, clean and empty runs are shared, so each size costs one forward.
+
+    Args:
+        model: the `HookedTransformer`.
+        graph: a scored `Graph` (from `edge_attribution_patching`); it is not modified.
+        clean: tokens `[batch, pos]` the circuits run on.
+        corrupted: tokens `[batch, pos]` whose activations the removed edges carry (same shape).
+        metric: logits `[batch, pos, d_vocab]` -> scalar.
+        sizes: the circuit sizes k (edges kept) to evaluate.
+        attention_mask: shared padding mask `[batch, pos]` of both batches.
+        ablation: "corrupted" or "mean", as in `edge_patching`.
+
+    Returns:
+        `(edges kept after pruning, faithfulness)` for each size.
     """
     check_pair(clean, corrupted)
     reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)

@@ -43,10 +43,22 @@ def path_patching(
 ) -> Float[torch.Tensor, "n_sets"]:
     """Metric after path patching each sender set in `senders` into `receivers`.
 
-    Arguments:
+    Path patching (the IOI paper's): the senders run on `corrupted`, every other node is frozen to
+    its clean value, and only the receivers' inputs see the senders' change; so the metric measures
+    the effect that flows along the direct paths sender -> receiver.
+
+    Args:
+        model: the `HookedTransformer`.
+        clean: tokens `[batch, pos]` of the clean prompts.
+        corrupted: tokens `[batch, pos]` of the corrupted prompts (same shape).
+        metric: logits `[batch, pos, d_vocab]` -> scalar.
         senders: sender sets: each a node name ("input", "a{l}.h{h}", "m{l}") or a list of them.
         receivers: receiver names ("a{l}.h{h}.q"/".k"/".v", "a{l}.h{h}" for all three, "m{l}", "logits").
+        attention_mask: shared padding mask `[batch, pos]` of both batches.
         sets_per_forward: sender sets evaluated by one batched forward.
+
+    Returns:
+        The metric for each sender set, `[n_sets]`.
     """
     check_pair(clean, corrupted)
     graph = Graph.from_model(model)

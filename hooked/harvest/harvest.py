@@ -48,9 +48,31 @@ def harvest(
 ) -> dict:
     """Harvest `hooks` over `corpus` into `out`; returns the manifest. Rerunning with the same arguments resumes.
 
-    corpus: a text file, a directory of .txt/.jsonl (field `text_field`) files, a .pt/.safetensors token
-    tensor, a saved `datasets` directory or a `datasets` dataset. Stored per hook: `[contexts, pos, ...]`
-    (concat tokenization with positions "all"/"skip_bos") or `[rows, ...]` (padding excluded / "last").
+    Only the blocks up to the last harvested hook run, and only those hooks are cached. Shards are
+    written to a temporary file and renamed; the manifest lists only complete ones. Under `torchrun`,
+    rank r writes the shards k with k % world_size == r.
+
+    Args:
+        model: the `HookedTransformer` to run.
+        corpus: a text file, a directory of .txt/.jsonl (field `text_field`) files, a .pt/.safetensors
+            token tensor, a saved `datasets` directory, a `datasets` dataset or a `Corpus`.
+        hooks: exact hook names or `fnmatch` globs (`"blocks.*.hook_resid_post"`), one or a list.
+        out: the output directory (an existing one must hold the same harvest, which then resumes).
+        context_length: tokens per context.
+        batch_size: contexts per forward.
+        max_tokens: stop after this many tokens (None: the whole corpus).
+        dtype: the stored dtype ("float16", "bfloat16", "float32").
+        positions: "all", "skip_bos" or "last" (one row per context).
+        tokenization: "concat" (TransformerLens's `tokenize_and_concatenate`: documents joined with
+            EOS, no padding) or "document" (each document its own contexts; padding never stored).
+        batches_per_shard: batches per shard file (default: about 256 MiB per shard).
+        text_field: the JSONL / dataset field holding the text.
+        model_id: the model name written to the manifest (default: the config's).
+        progress: show a tqdm bar.
+
+    Returns:
+        The manifest (also `out/manifest.json`). Stored per hook: `[contexts, pos, ...]` (concat
+        tokenization with positions "all"/"skip_bos") or `[rows, ...]` (padding excluded / "last").
     """
     hooks = resolve_hooks(model, hooks)
     dtype = to_dtype(dtype)

@@ -24,7 +24,13 @@ META = ("tokens", "doc_index", "pos_index", "context_index")
 
 
 class ActivationReader:
-    """Rows of a harvest directory: per hook `[rows, *row_shape]`, plus token ids and document/position indices."""
+    """Rows of a harvest directory: per hook `[rows, *row_shape]`, plus token ids and document/position indices.
+
+    Reads one shard at a time (plus a bounded shuffle buffer), never the whole harvest.
+
+    Args:
+        out_dir: the `--out` directory of `hooked harvest` (or `harvest(..., out=)`).
+    """
 
     def __init__(self, out_dir: str | Path):
         self.out = Path(out_dir)

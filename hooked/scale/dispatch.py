@@ -65,6 +65,16 @@ def resolve_device_map(
 
     `n_devices=N` is TransformerLens's balanced split over `cuda:0` ... `cuda:N-1`; `device_map`
     and `max_memory` have HF's meaning (`"auto"`/`"balanced"` spread over the GPUs, then CPU, then disk).
+
+    Args:
+        model: the model to place (its config and parameter sizes are read, nothing moves).
+        device_map: "auto", "balanced", "sequential", or `{part: device}` over `embed`, `pos_embed`,
+            `blocks.{i}`, `ln_final`, `unembed` (`""` for the whole model).
+        max_memory: `{device: bytes or "200MB"}` budgets (default: accelerate's `get_max_memory()`, what is available).
+        n_devices: TransformerLens's split over this many GPUs, when `device_map` is None.
+
+    Returns:
+        `{part: device}` (devices such as `"cuda:0"`, `"cpu"`, `"disk"`), or None.
     """
     n_layers = model.cfg.n_layers
     sizes = part_sizes(model, model.cfg.dtype)
@@ -144,6 +154,15 @@ def dispatch(
     Parts on `"disk"` are paged in from `offload_folder` per forward (written there first unless
     `offload_index` says they already are). After this, `model.hf_device_map` is the map and
     `model.cfg.device` the main device.
+
+    Args:
+        model: the model built in memory.
+        device_map: `{part: device}`, e.g. from `resolve_device_map`.
+        offload_folder: where the parts placed on "disk" are written (required if there are any).
+        offload_index: accelerate's index of weights already written to `offload_folder`.
+
+    Returns:
+        The same model, placed.
     """
     accelerate = require_accelerate()
     device_map = dict(device_map)

@@ -31,6 +31,19 @@ def attention_patterns(
     The first argument is the model (with `tokens=` the prompt or its ids, for labels) or
     the position labels themselves. Long prompts keep the last `max_pos` positions and
     many heads the first `max_heads`; the page says what was left out.
+
+    Args:
+        model_or_str_tokens: the model, or the position labels (one string per position).
+        cache: the `ActivationCache` of `model.run_with_cache(...)` holding `pattern` of `layer`.
+        layer: the layer whose heads are drawn.
+        heads: the heads to draw (None: all, up to `max_heads`).
+        tokens: the prompt or its ids `[pos]`, for labels (default: the cache's tokens).
+        max_pos: keep at most this many positions (the last ones).
+        max_heads: draw at most this many heads (the first ones).
+        batch_index: which prompt of the batch.
+
+    Returns:
+        A `View`: renders in Jupyter, `.save(path)` writes one HTML file, `+` combines views.
     """
     cache = one_sequence(cache, batch_index)
     n_layers = cache.model.cfg.n_layers

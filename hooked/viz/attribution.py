@@ -39,6 +39,19 @@ def direct_logit_attribution(
     `cache.decompose_resid()` (embeddings, then each layer's attention and MLP output);
     both go through `cache.logit_attrs()`, the final norm's cached scale times `W_U`.
     With more than `max_bars` components the largest ones by magnitude are shown.
+
+    Args:
+        model: the model the cache came from.
+        cache: its `ActivationCache` (with the hooks `stack_head_results` / `decompose_resid` need).
+        answer: the token whose logit is attributed: a string (one token) or an id.
+        wrong: a token whose logit is subtracted (the logit difference), or None.
+        per: "head" (one bar per head) or "layer" (embeddings, attention and MLP outputs).
+        pos: the position whose prediction is attributed.
+        max_bars: the most bars drawn.
+        batch_index: which prompt of the batch.
+
+    Returns:
+        A sorted bar chart `View`.
     """
     if per not in ("head", "layer"):
         raise InputError(f"per={per!r}: use 'head' or 'layer'")

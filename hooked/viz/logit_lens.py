@@ -72,6 +72,18 @@ def logit_lens(
     so that a long prompt never holds every layer's full-vocabulary logits at once. A cell holds the
     probability (`mode="prob"`) or rank (0 = top, `mode="rank"`) of `target` (default: the
     model's final prediction at that position); hovering shows that layer's top token.
+
+    Args:
+        model: the model the cache came from.
+        cache: its `ActivationCache`, holding every `resid_pre` and the last `resid_post`.
+        target: the token to follow: a string (one token), an id, or ids `[pos]` (one per position).
+        mode: "prob" (its probability) or "rank" (0 = the top token).
+        tokens: the prompt or its ids `[pos]`, for labels (default: the cache's tokens).
+        max_pos: keep at most this many positions (the last ones).
+        batch_index: which prompt of the batch.
+
+    Returns:
+        A layers x positions heatmap `View`.
     """
     if mode not in ("prob", "rank"):
         raise InputError(f"mode={mode!r}: use 'prob' or 'rank'")

@@ -21,8 +21,17 @@ def activations_over_text(
     title: str = "Activations over text",
     max_pos: int = MAX_POS,
 ) -> View:
-    """Colour each token by its value (blue positive, red negative), e.g. a neuron's
-    `cache["post", layer][0, :, neuron]`; hovering a token shows the exact value."""
+    """Colour each token by its value (blue positive, red negative); hovering a token shows the exact value.
+
+    Args:
+        str_tokens: the tokens as strings, e.g. `model.to_str_tokens(prompt)`.
+        values: one value per token `[pos]`, e.g. a neuron's `cache["post", layer][0, :, neuron]`.
+        title: the heading above the strip.
+        max_pos: keep at most this many positions (the last ones).
+
+    Returns:
+        A `View` of the coloured tokens.
+    """
     values = torch.as_tensor(values).detach()
     if values.ndim != 1:
         raise InputError(f"values must be one number per position ([pos]), got shape {tuple(values.shape)}")

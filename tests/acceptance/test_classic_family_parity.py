@@ -4,7 +4,7 @@ Families and variants are listed in `tests/classic_models.FAMILIES`: GPT-NeoX wi
 parallel residual (rotary fraction 0.25), GPT-J (rotary_dim < d_head), GPT-Neo (window shorter
 than the sequence), Phi (partial rotary 0.5), OPT, Bloom (6 heads: not a power of two),
 StableLM (per-head qk LayerNorm; parallel), GPT-BigCode (multi-query) and StarCoder2.
-Every check is two-sided max-abs with rtol 0 (SPEC §12).
+Every check is two-sided max-abs with rtol 0 (docs/numerics.md#tolerances).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_loss_matches_hf(pair):
 
 
 def test_processed_log_softmax_matches_unprocessed(pair):
-    """Default processing (fold_ln, centering, value-bias folding) keeps log-probs (SPEC §6, §12)."""
+    """Default processing (fold_ln, centering, value-bias folding) keeps log-probs (docs/numerics.md#weight-processing)."""
     from hooked import HookedTransformer
 
     hf, unprocessed = pair

@@ -6,7 +6,7 @@ attention is far from uniform, and Gemma's norm weights `w` drawn around 0 so ev
 would not show). Gemma 2 runs with soft-caps small enough to bite, a window shorter than
 the sequence and `query_pre_attn_scalar != head_dim`; Gemma 3 with mixed `layer_types`,
 different local and global rope bases and `linear` scaling on the global layers.
-Every check is two-sided max-abs with rtol 0 (SPEC §12).
+Every check is two-sided max-abs with rtol 0 (docs/numerics.md#tolerances).
 """
 
 from __future__ import annotations

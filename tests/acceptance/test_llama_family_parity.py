@@ -2,7 +2,7 @@
 
 Each config is a tiny random HF model whose weights, biases and norm gains are all drawn
 at a scale where attention is far from uniform, so masks, rotary and grouping errors show
-up in the logits. Every check is two-sided max-abs with rtol 0 (SPEC §12).
+up in the logits. Every check is two-sided max-abs with rtol 0 (docs/numerics.md#tolerances).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_loss_matches_hf(pair):
 
 
 def test_processed_log_softmax_matches_hf(pair):
-    """Default `from_pretrained` processing (fold_ln, centering, value-bias folding) keeps log-probs (SPEC §12)."""
+    """Default `from_pretrained` processing (fold_ln, centering, value-bias folding) keeps log-probs (docs/numerics.md#tolerances)."""
     from hooked import HookedTransformer
 
     hf, _ = pair

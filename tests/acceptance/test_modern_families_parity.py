@@ -1,4 +1,4 @@
-"""Modern families and rope scalings against HuggingFace eager attention, float32 (SPEC §12 bounds).
+"""Modern families and rope scalings against HuggingFace eager attention, float32 (bounds: docs/numerics.md#tolerances).
 
 Each case is a tiny random HF model with its special feature switched on, run on a
 sequence long enough for that feature to matter:

@@ -4,7 +4,7 @@ Tiny random models with 4 experts and top-2 routing, every parameter redrawn (ro
 included, so routing is far from uniform); Qwen2-MoE has its sigmoid-gated shared
 expert and OLMoE a full-width qk-norm with `clip_qkv` that actually clips. A live HF
 model holds its experts fused (transformers 5); `save_pretrained` writes one Linear per
-expert, so both checkpoint layouts are converted here. Bounds are SPEC §12's.
+expert, so both checkpoint layouts are converted here. Bounds: docs/numerics.md#tolerances.
 """
 
 from __future__ import annotations

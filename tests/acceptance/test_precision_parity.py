@@ -1,7 +1,7 @@
 """Half precision: unprocessed models in bfloat16 / float16 against HF run in the same dtype, per family.
 
 HF loads each tiny random checkpoint with `from_pretrained(dtype=...)` (eager attention);
-hooked takes that HF model unprocessed in the same dtype. Bound (SPEC §12, bf16 row):
+hooked takes that HF model unprocessed in the same dtype. Bound (docs/numerics.md#tolerances, half-precision row):
 max |Δ log_softmax| <= max(δ_HF, 1e-2), where δ_HF is HF's own eager-vs-SDPA gap in that dtype
 on the same batch (1e-2 alone where HF has no SDPA path). Processing runs in float32 before
 the cast, so a processed half-precision model is the processed float32 model cast, bit for bit.
@@ -57,7 +57,7 @@ def test_every_family_is_bitwise():
 
 @pytest.mark.parametrize("family", BITWISE)
 def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
-    """SPEC §12 hook transparency below float32: caching every activation, or a hook on every hook point
+    """Hook transparency below float32 (docs/numerics.md#tolerances): caching every activation, or a hook on every hook point
     returning an equal copy, gives the plain forward's logits bit for bit (no path recomputes differently)."""
     ours = hooked_from(FAMILIES[family](), dtype=torch.bfloat16)
     ours.cfg.attn_implementation = "eager"

@@ -24,7 +24,7 @@ from tests.precision_models import FAMILIES, precision_rows
 
 CUDA = torch.device("cuda:0")
 EXACT = dict(atol=0.0, rtol=0.0)
-#: where `make test-gpu` on the device machine collects the measured rows (the README/notes figures)
+#: where `make test-gpu` on the device machine collects the measured rows (the figures in docs/scaling-out.md and docs/benchmarks.md)
 REPORT = Path(os.environ.get("HOOKED_GPU_REPORT", "")) if os.environ.get("HOOKED_GPU_REPORT") else None
 
 
@@ -36,7 +36,7 @@ def _report(name: str, rows) -> None:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_float32_on_cuda_matches_hf_on_cuda(family):
-    """SPEC §12 tiny parity (logits atol 1e-5 vs HF eager), both models on the GPU."""
+    """Tiny parity (logits atol 1e-5 vs HF eager, docs/numerics.md#tolerances), both models on the GPU."""
     hf = FAMILIES[family]().to(CUDA)
     ours = hooked_from(hf, device=CUDA)
     t = (tokens(2, 12) % 90).to(CUDA)
@@ -49,7 +49,7 @@ def test_float32_on_cuda_matches_hf_on_cuda(family):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_half_precision_on_cuda_matches_hf_on_cuda(family):
-    """Unprocessed bf16/fp16 vs HF eager in the same dtype on the GPU: bitwise where the CPU is, else SPEC's bound."""
+    """Unprocessed bf16/fp16 vs HF eager in the same dtype on the GPU: bitwise where the CPU is, else the half-precision bound of docs/numerics.md."""
     rows = precision_rows(family, [torch.bfloat16, torch.float16], tokens(2, 12) % 90, device=CUDA)
     _report(f"precision_{family}", rows)
     for row in rows:

@@ -59,7 +59,7 @@ def hf_reference(gemma3_hf, batch):
 
 @pytest.mark.parametrize("implementation", ["eager", "auto"])
 def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(gemma3, batch, hf_reference, implementation):
-    """SPEC 12, real-model parity, unprocessed: <= max(delta_HF, 5e-5) against HF eager."""
+    """Real-model parity, unprocessed (docs/numerics.md#tolerances): <= max(delta_HF, 5e-5) against HF eager."""
     eager, delta_hf = hf_reference
     gemma3.cfg.attn_implementation = implementation
     try:
@@ -89,7 +89,7 @@ def test_past_the_sliding_window(gemma3, gemma3_hf):
 
 
 def test_processed_model_is_invariant(gemma3, gemma3_processed, batch, hf_reference):
-    """SPEC 12, folding invariance on real models: log_softmax(processed) vs unprocessed within 1e-4."""
+    """Folding invariance on real models (docs/numerics.md#tolerances): log_softmax(processed) vs unprocessed within 1e-4."""
     eager, _ = hf_reference
     processed = hooked_log_probs(gemma3_processed, batch)
     unprocessed = hooked_log_probs(gemma3, batch)

@@ -217,15 +217,14 @@ def test_peak_memory_with_disk_offload_is_at_most_half_of_the_in_memory_load(tmp
 
 
 @pytest.mark.slow
-def test_readme_scaling_out_example_runs_and_offloads_smollm2():
-    """The README's "Scaling out" example, on the bundled SmolLM2: its printed map and cache are as described."""
+def test_docs_offload_demo_runs_and_offloads_smollm2():
+    """docs/scaling-out.md's offload example (```python offload_demo), on the bundled SmolLM2: its map and cache are as described."""
     import re
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Scaling out") :]
-    block = re.search(r"```py\n(.*?)```", section, flags=re.S).group(1)
+    page = (REPO / "docs" / "scaling-out.md").read_text()
+    (block,) = re.findall(r"```python offload_demo\n(.*?)```", page, flags=re.S)
     namespace: dict = {}
-    exec(compile(block, "README Scaling out", "exec"), namespace)
+    exec(compile(block, "docs/scaling-out.md offload_demo", "exec"), namespace)
     model, cache = namespace["model"], namespace["cache"]
     devices = [model.hf_device_map[f"blocks.{i}"] for i in range(model.cfg.n_layers)]
     assert model.hf_device_map["embed"] == "cpu" and devices[0] == "cpu" and devices[-1] == "disk"

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = Path(pipeline_worker.__file__)
 ROOT = WORKER.parents[2]
-ATOL = 1e-6  # SPEC: pipelined logits within 1e-6 of the single-process model
+ATOL = 1e-6  # docs/numerics.md#tolerances: pipelined logits within 1e-6 of the single-process model
 WAIT_S = 240
 GEMMA3_LAYERS = ["sliding_attention", "full_attention"] * 2
 

@@ -1,6 +1,6 @@
 """The bundled real models in half precision, unprocessed, against HF loading the same checkpoint in that dtype.
 
-Issue 19 §3: bit for bit (the tiny models of every family: tests/acceptance/test_precision_parity.py).
+Bit for bit (docs/numerics.md#half-precision) (the tiny models of every family: tests/acceptance/test_precision_parity.py).
 Gemma-3-270M is checked in bfloat16 only: in float16 its activations overflow, in HF as in hooked.
 """
 
@@ -32,7 +32,7 @@ def test_bundled_model_equals_hf_bitwise_in_half_precision(name, dtype):
     with torch.no_grad():
         want = hf.eval()(tokens, attention_mask=mask).logits
     got = ours(tokens, attention_mask=mask)
-    real = mask.bool()  # SPEC §12: real (unmasked) positions
+    real = mask.bool()  # docs/numerics.md#tolerances: real (unmasked) positions
     assert got.dtype == dtype and torch.isfinite(got[real]).all()
     assert torch.equal(got[real], want[real]), (got[real].double() - want[real].double()).abs().max().item()
 

@@ -35,7 +35,7 @@ def hooked_log_probs(model, tokens, implementation):
 
 @pytest.mark.parametrize("implementation", ["eager", "auto"])
 def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(smollm2, smollm2_batch, hf_reference, implementation):
-    """SPEC 12, real-model parity: <= max(delta_HF, 5e-5) against HF with the same attention implementation."""
+    """Real-model parity (docs/numerics.md#tolerances): <= max(delta_HF, 5e-5) against HF with the same attention implementation."""
     eager, sdpa, delta_hf = hf_reference
     ours = hooked_log_probs(smollm2, smollm2_batch, implementation)
     ref = eager if implementation == "eager" else sdpa
@@ -46,7 +46,7 @@ def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(smollm2, smollm2_batch, hf_
 
 
 def test_processed_model_is_invariant(smollm2, smollm2_processed, smollm2_batch, hf_reference):
-    """SPEC 12, folding invariance on real models: log_softmax(processed) vs unprocessed within 1e-4."""
+    """Folding invariance on real models (docs/numerics.md#tolerances): log_softmax(processed) vs unprocessed within 1e-4."""
     eager, _, delta_hf = hf_reference
     processed = hooked_log_probs(smollm2_processed, smollm2_batch, "eager")
     unprocessed = hooked_log_probs(smollm2, smollm2_batch, "eager")

@@ -8,7 +8,7 @@ from hooked.utils import Slice, gather_pos, token_index
 
 torch.set_num_threads(1)
 
-ATOL = 1e-5  # SPEC §12, decompositions on tiny models
+ATOL = 1e-5  # docs/numerics.md#tolerances: decompositions on tiny models
 VARIANTS = {
     "ln_gelu": dict(normalization_type="LN", act_fn="gelu"),
     "rms_gated": dict(normalization_type="RMS", act_fn="silu", gated_mlp=True),

@@ -1,4 +1,4 @@
-"""Head detector: pattern builders and scores on hand-made attention patterns (SPEC §9.2)."""
+"""Head detector: pattern builders and scores on hand-made attention patterns (docs/analysis-and-patching.md#head-detector-and-test_prompt)."""
 
 import pytest
 import torch

@@ -53,7 +53,7 @@ def test_llama_config_fields():
     hf = LlamaConfig(**SMALL, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, max_position_embeddings=131072)
     cfg = HookedTransformerConfig.from_dict(convert_llama_config(hf))
     assert (cfg.d_model, cfg.d_head, cfg.n_heads, cfg.n_key_value_heads, cfg.d_mlp) == (32, 16, 4, 2, 64)
-    assert cfg.n_ctx == 131072  # no 2048 cap (SPEC §1 #6)
+    assert cfg.n_ctx == 131072  # no 2048 cap (docs/transformerlens-migration.md, "What differs")
     assert cfg.rotary_dim == 16 and cfg.rotary_scaling is None and cfg.eps == 1e-5
     assert cfg.default_prepend_bos and not cfg.use_local_attn and not cfg.use_qk_norm
 

@@ -1,4 +1,4 @@
-"""Activation patching: batched sweeps equal one forward per patch (SPEC §9.1)."""
+"""Activation patching: batched sweeps equal one forward per patch (docs/analysis-and-patching.md#activation-patching)."""
 
 import itertools
 

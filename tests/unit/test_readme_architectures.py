@@ -1,17 +1,17 @@
-"""The README's supported-architecture table lists exactly the registered HF classes, each with its converter module."""
+"""docs/architectures.md's table lists exactly the registered HF classes, each with its converter module."""
 
 import re
 from pathlib import Path
 
 from hooked import loading
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-SECTION = "## Supported architectures"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "architectures.md"
+SECTION = "## Every supported class"
 
 
 def table_rows() -> list[list[str]]:
-    text = README.read_text()
-    assert SECTION in text, f"README.md lost its {SECTION!r} section"
+    text = PAGE.read_text()
+    assert SECTION in text, f"docs/architectures.md lost its {SECTION!r} section"
     section = text[text.index(SECTION) :].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines() if line.startswith("| `")]
     return rows

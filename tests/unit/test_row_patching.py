@@ -1,4 +1,4 @@
-"""Cross-prompt patching in one padded forward equals cache-then-patch in two passes (SPEC §11)."""
+"""Cross-prompt patching in one padded forward equals cache-then-patch in two passes (docs/analysis-and-patching.md#patching-across-prompts-in-one-forward)."""
 
 import pytest
 import torch

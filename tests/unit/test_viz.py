@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 EXACT = dict(atol=0, rtol=0)  # JSON holds float64: float32 values round-trip exactly
-CLOSE = dict(atol=1e-5, rtol=1e-5)  # SPEC §12, tiny models
+CLOSE = dict(atol=1e-5, rtol=1e-5)  # docs/numerics.md#tolerances: tiny models
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
-"""Weight processing (SPEC §6): every step leaves the model's predictions unchanged.
+"""Weight processing (docs/numerics.md#weight-processing): every step leaves the model's predictions unchanged.
 
 Processed and unprocessed twins run the same tokens; log-probs, loss, patterns and the
-centered residual stream must agree within SPEC §12's `1e-5`, and processing twice must
+centered residual stream must agree within `1e-5` (docs/numerics.md#tolerances), and processing twice must
 equal processing once bitwise.
 """
 
@@ -23,7 +23,7 @@ from tests.helpers import hooked_from, tiny_gpt2
 
 torch.set_num_threads(1)
 
-ATOL = 1e-5  # SPEC §12, folding invariance on tiny fp32 models
+ATOL = 1e-5  # docs/numerics.md#tolerances: folding invariance on tiny fp32 models
 FLAGS = wp.STEPS  # fold_ln, center_writing_weights, center_unembed, fold_value_biases, refactor_...
 BASE = dict(d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=16, d_vocab=50, act_fn="gelu_new", seed=0)
 
@@ -74,7 +74,7 @@ def centered(x: torch.Tensor) -> torch.Tensor:
 
 
 def invariance_errors(ref: HookedTransformer, proc: HookedTransformer, toks: torch.Tensor) -> dict[str, float]:
-    """Max-abs differences of everything SPEC §6 says processing must keep."""
+    """Max-abs differences of everything docs/numerics.md#weight-processing says processing must keep."""
     with torch.no_grad():
         logits_r, cache_r = ref.run_with_cache(toks)
         logits_p, cache_p = proc.run_with_cache(toks)

@@ -1,4 +1,4 @@
-"""Weight views (SPEC §5.4): stacked weights, factored circuits, composition scores, residual directions."""
+"""Weight views (docs/analysis-and-patching.md#weights-circuits-and-composition): stacked weights, factored circuits, composition scores, residual directions."""
 
 from __future__ import annotations
 
