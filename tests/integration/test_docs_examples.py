@@ -26,6 +26,7 @@ FENCE = re.compile(r"^```(python|py)([^\n]*)\n(.*?)^```", flags=re.S | re.M)
 CLAIMED = {
     "pipeline_demo.py": "tests/integration/test_pipeline_docs.py",
     "offload_demo": "tests/integration/test_offload.py",
+    "nnsight_doc": "tests/integration/test_nnsight_docs.py",  # nnsight re-reads each block's source from a file
 }
 #: pages whose blocks load the bundled real models (a few seconds each): run with the slow tests
 REAL_MODEL = re.compile(r"from_pretrained\(\s*\"(smollm2-135m|gemma-3-270m|gemma3-270m)\"")

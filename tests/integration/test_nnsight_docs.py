@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_nnsight_doc_blocks_run(tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    blocks = re.findall(r"```python nnsight_doc\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) == 7, "update this test when docs/nnsight.md examples are added or removed"
     script = tmp_path / "nnsight_doc.py"
     script.write_text("\n".join(blocks))
