@@ -75,6 +75,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         if info["tokenizer_files"]:
             self.set_tokenizer(_tokenizer_from_files(info["tokenizer_files"]), info.get("padding_side", "right"))
         self.forward_state = None
+        self.last_job_id: str | None = None
         self._pending: list[list[tuple[str, Any]]] = []
         self._shadow = None
         self._parts: dict[str, torch.nn.Module] = {}
@@ -125,6 +126,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
                     return wire.decode(base64.b64decode(event["result"]), RESPONSE_LIMITS, finite=False)
                 if "error" in event:
                     raise RemoteError(f"server answered {event.get('status')}: {event['error']}", event.get("status", 500))
+                if "job" in event:
+                    self.last_job_id = event["job"]  # for GET/DELETE /v1/jobs/{id}
+                    continue
                 yield event
         raise RemoteError("the server closed the stream without a result", 502)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import html
 import json
@@ -293,6 +294,7 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         job.cancelled.set()
         return JSONResponse({"id": job.id, "cancelled": True})
 
+    @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         drained = await asyncio.to_thread(scheduler.drain, options.drain_timeout_s)
