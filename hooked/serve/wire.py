@@ -102,8 +102,10 @@ def _check_header(data: bytes, limits: Limits) -> dict:
     if len(data) < 8:
         raise WireError("body is not a safetensors message (shorter than its 8-byte header length)", 400)
     (n,) = struct.unpack("<Q", data[:8])
-    if n > limits.max_header_bytes or 8 + n > len(data):
-        raise WireError(f"safetensors header of {n} bytes is larger than the limit or the body", 413 if n > limits.max_header_bytes else 400)
+    if 8 + n > len(data):
+        raise WireError(f"not a safetensors message: its header claims {n} bytes, the body has {len(data) - 8}", 400)
+    if n > limits.max_header_bytes:
+        raise WireError(f"safetensors header of {n} bytes exceeds the limit of {limits.max_header_bytes}", 413)
     try:
         text = data[8 : 8 + n].decode("utf-8")
     except UnicodeDecodeError:
