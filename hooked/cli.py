@@ -85,7 +85,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--tokens-per-minute", type=int, default=200_000, help="per user")
     p.add_argument("--max-body-mb", type=float, default=64.0)
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds")
-    p.add_argument("--max-batch", type=int, default=8, help="compatible forwards batched together (1: never)")
+    p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
 
 
