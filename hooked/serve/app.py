@@ -207,7 +207,7 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
     async def status_page(request, user, rid):
         snap = scheduler.snapshot()
         rows = "".join(f"<tr><td>{html.escape(u)}</td><td>{c.get('requests', 0)}</td><td>{c.get('done', 0)}</td>"
-                       f"<td>{c.get('failed', 0)}</td></tr>" for u, c in sorted(snap["users"].items()))
+                       f"<td>{c.get('failed', 0)}</td></tr>" for u, c in sorted(snap["users"].items()) if u != "*")
         name = html.escape(str(model.cfg.model_name))
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>hooked serve: {name}</title></head><body>"
                 f"<h1>hooked serve</h1><p id='model'>Model: <b>{name}</b> ({model.cfg.n_layers} layers, "
@@ -303,6 +303,7 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
 
     routes = [
         Route("/health", handler(health)),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/", handler(status_page)),
         Route("/inspect", handler(inspect_page)),
         Route("/v1/model", handler(model_endpoint)),

@@ -202,6 +202,7 @@ class Scheduler:
             return
         started = time.monotonic()
         if len(live) > 1:
+            self.counts["*"]["batched_jobs"] += len(live)
             try:
                 results = self.run_batch(live)
             except Exception as e:  # noqa: BLE001 - one failing batch fails its jobs, never the worker
