@@ -36,7 +36,7 @@ WEIGHT_PART = re.compile(r"^(blocks\.(0|[1-9][0-9]{0,4})|unembed|ln_final|embed|
 class ServeLimits:
     max_tokens_per_request: int = 8192  # batch * pos of one request, generated tokens included
     max_new_tokens: int = 512
-    max_cache_names: int = 512
+    max_cache_names: int = 8192
     max_hooks: int = 256
     max_patch_rows: int = 100_000
 

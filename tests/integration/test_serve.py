@@ -173,3 +173,32 @@ def test_python_hooks_and_metrics_are_refused_client_side(pair):
     with pytest.raises(Exception, match="hooked.metrics"):
         patching.get_act_patch_resid_pre(client, client.to_tokens(PROMPTS[0]), client.run_with_cache(PROMPTS[0])[1],
                                          lambda logits: logits.sum(), verbose=False)
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_remote_equals_local():
+    """The course script, generation and a patching sweep on the real bundled model, bitwise."""
+    local = HookedTransformer.from_pretrained("smollm2-135m")
+    served = HookedTransformer.from_pretrained("smollm2-135m")
+    with start_in_thread(served, tokens=TOKENS) as server, remote.connect(server.url, token=TOKENS["bob"]) as client:
+        prompt = "The Eiffel Tower is in the city of"
+        paris, rome = local.to_single_token(" Paris"), local.to_single_token(" Rome")
+        steer = local.W_U[:, paris] - local.W_U[:, rome]
+        hooks = [("blocks.10.attn.hook_z", iv.zero_ablate(heads=[0, 3])),
+                 ("blocks.20.hook_resid_post", iv.add(steer, scale=-4.0, positions=[-1]))]
+        for model_pair in [(client, local)]:
+            got, expected = (m.run_with_hooks(prompt, fwd_hooks=hooks) for m in model_pair)
+            assert torch.equal(got, expected)
+        (lr, cr), (ll, cl) = (m.run_with_cache(prompt, names_filter=lambda n: "resid" in n or "scale" in n)
+                              for m in (client, local))
+        assert torch.equal(lr, ll)
+        torch.testing.assert_close(cr.accumulated_resid(apply_ln=True), cl.accumulated_resid(apply_ln=True), rtol=0, atol=0)
+        kw = dict(max_new_tokens=8, do_sample=False, verbose=False)
+        assert client.generate(prompt, **kw) == local.generate(prompt, **kw)
+        metric = metrics.logit_diff(paris, rome)
+        corrupted = local.to_tokens("The Colosseum is in the city of")
+        clean = local.to_tokens(prompt)
+        assert clean.shape == corrupted.shape
+        got = patching.get_act_patch_resid_pre(client, corrupted, client.run_with_cache(clean)[1], metric, verbose=False)
+        expected = patching.get_act_patch_resid_pre(local, corrupted, local.run_with_cache(clean)[1], metric, verbose=False)
+        assert torch.equal(got, expected)
