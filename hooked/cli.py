@@ -86,6 +86,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-body-mb", type=float, default=64.0)
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
 
 
@@ -115,14 +117,27 @@ def _serve(args) -> int:
         limits=ServeLimits(max_tokens_per_request=args.max_tokens_per_request),
         wire=Limits(max_body_bytes=int(args.max_body_mb * 2**20)),
     )
-    model = HookedTransformer.from_pretrained(args.model, device=args.device)
+    if args.pipeline:
+        model = HookedTransformer.from_pretrained(args.model, pipeline=True)
+        if model.rank != 0:
+            from hooked.serve.pipeline import follow
+
+            follow(model, options)
+            return 0
+    else:
+        model = HookedTransformer.from_pretrained(args.model, device=args.device)
     scheme = "https" if args.ssl_certfile else "http"
     url = f"{scheme}://{args.host}:{args.port}"
     sys.stdout.write(f"Serving {args.model} on {url} ({len(tokens or {})} users)\n")
     if generated:
         sys.stdout.write(f"Connect with: hooked.remote.connect({url!r}, token={generated!r})\n")
     sys.stdout.flush()
-    run(model, args.host, args.port, tokens, options, args.ssl_certfile, args.ssl_keyfile)
+    if args.pipeline:
+        from hooked.serve.pipeline import serve_pipeline
+
+        serve_pipeline(model, args.host, args.port, tokens, options, args.ssl_certfile, args.ssl_keyfile)
+    else:
+        run(model, args.host, args.port, tokens, options, args.ssl_certfile, args.ssl_keyfile)
     return 0
 
 

@@ -126,8 +126,12 @@ def _status_of(error: BaseException) -> tuple[int, str]:
     return 500, f"internal error ({type(error).__name__}); the request id is in the server log"
 
 
-def create_app(model, tokens: dict[str, str] | None = None, options: ServeOptions | None = None):
-    """A Starlette app serving `model`; `tokens` maps user -> bearer token (None: no auth, loopback only)."""
+def create_app(model, tokens: dict[str, str] | None = None, options: ServeOptions | None = None, relay=None):
+    """A Starlette app serving `model`; `tokens` maps user -> bearer token (None: no auth, loopback only).
+
+    `relay` (a pipeline's rank 0: `hooked.serve.pipeline.Relay`) sends each job's request to the
+    other ranks just before it runs, so every rank executes it.
+    """
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -137,7 +141,17 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
     auth = Auth(tokens)
     model.eval()
     info = model_info(model)
-    scheduler = Scheduler(options.scheduler, run_batch=lambda jobs: ops.run_batched_forward(model, jobs))
+    if relay is not None:
+        options.scheduler.max_batch = 1  # every rank runs each request as sent
+        scheduler = Scheduler(options.scheduler, before_run=relay.send, on_idle=relay.heartbeat)
+    else:
+        scheduler = Scheduler(options.scheduler, run_batch=lambda jobs: ops.run_batched_forward(model, jobs))
+
+    def queued(job: Job, message: dict) -> Job:
+        """Submit `job`; on a pipeline it carries `message` for the other ranks and runs to the end once started."""
+        job.request = wire.encode(message)
+        job.interruptible = relay is None
+        return scheduler.submit(job)
 
     def error_response(rid: str, error: BaseException) -> JSONResponse:
         status, message = _status_of(error)
@@ -177,8 +191,10 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         return b"".join(chunks)
 
     async def submit(request: Request, user: str) -> Job:
-        body, tensors = wire.decode(await read_body(request), options.wire)
+        data = await read_body(request)
+        body, tensors = wire.decode(data, options.wire)
         job = ops.make_job(model, user, body, tensors, options.limits)
+        job.request, job.interruptible = data, relay is None
         return scheduler.submit(job)
 
     async def wait(request: Request, job: Job) -> None:
@@ -222,13 +238,9 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         if not prompt or len(prompt) > 2000:
             raise wire.WireError("pass ?prompt= (1 to 2000 characters)", 422)
 
-        def run(job):
-            from hooked.viz.report import prompt_views
-
-            return prompt_views(model, prompt).html
-
         tokens = len(model.to_tokens(prompt, truncate=False)[0])
-        job = scheduler.submit(Job(user, "inspect", run, tokens=tokens))
+        job = queued(Job(user, "inspect", lambda job: ops.inspect_html(model, prompt), tokens=tokens),
+                     {"op": "inspect", "prompt": prompt})
         await wait(request, job)
         if job.error is not None:
             raise job.error
@@ -238,8 +250,13 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         return JSONResponse(info)
 
     async def weights(request, user, rid):
-        tensors = ops.weights_of(model, request.path_params["part"])
-        data = wire.encode({"part": request.path_params["part"]}, tensors)
+        part = request.path_params["part"]
+        ops.check_part(model, part)
+        job = queued(Job(user, "weights", lambda job: ops.weights_of(model, part)), {"op": "weights", "part": part})
+        await wait(request, job)
+        if job.error is not None:
+            raise job.error
+        data = wire.encode({"part": part}, job.result)
         scheduler.record_bytes(user, len(data))
         return Response(data, media_type=wire.CONTENT_TYPE)
 

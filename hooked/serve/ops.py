@@ -354,17 +354,33 @@ def make_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) -
     return OPS[op](model, user, body, tensors, limits)
 
 
-def weights_of(model, part: str) -> dict[str, torch.Tensor]:
-    """The parameters and persistent buffers of `part` (`blocks.3`, `unembed`, `ln_final`, ...)."""
+def check_part(model, part: str) -> None:
+    """`part` names a block or a non-block part this model has."""
     if not WEIGHT_PART.match(part):
         raise WireError(f"part must be blocks.<n>, unembed, ln_final, embed or pos_embed, got {part!r:.40}", 422)
+    if part.startswith("blocks.") and int(part.split(".")[1]) >= model.cfg.n_layers:
+        raise WireError(f"layer {part.split('.')[1]} out of range (n_layers = {model.cfg.n_layers})", 422)
+    if not part.startswith("blocks.") and not hasattr(model, part):
+        raise WireError(f"this model has no {part!r}", 404)
+
+
+def weights_of(model, part: str) -> dict[str, torch.Tensor]:
+    """The parameters and persistent buffers of `part` (`blocks.3`, `unembed`, `ln_final`, ...).
+
+    Read through `model.block_weight` / `part_weight`, so a pipeline fetches them from their rank
+    (a collective: every rank calls this for the same part).
+    """
+    check_part(model, part)
     if part.startswith("blocks."):
         layer = int(part.split(".")[1])
-        if layer >= model.cfg.n_layers:
-            raise WireError(f"layer {layer} out of range (n_layers = {model.cfg.n_layers})", 422)
-        module = model.blocks[layer]
-    elif hasattr(model, part):
-        module = getattr(model, part)
-    else:
-        raise WireError(f"this model has no {part!r}", 404)
-    return {k: v.detach() for k, v in module.state_dict().items()}
+        keys = list(model.blocks[layer].state_dict())
+        return {k: model.block_weight(layer, k).detach() for k in keys}
+    keys = list(getattr(model, part).state_dict())
+    return {k: model.part_weight(part, k).detach() for k in keys}
+
+
+def inspect_html(model, prompt: str) -> str:
+    """`hooked inspect --html`'s page for `prompt`."""
+    from hooked.viz.report import prompt_views
+
+    return prompt_views(model, prompt).html

@@ -72,9 +72,13 @@ class Job:
     result: Any = None
     error: BaseException | None = None
     state: str = "queued"
+    request: bytes = b""  # the request message (a pipeline's rank 0 sends it to the other ranks)
+    interruptible: bool = True  # False: once running, it runs to the end (every pipeline rank must)
 
     def check(self) -> None:
         """Raise if the job should stop now (called between steps)."""
+        if self.state == "running" and not self.interruptible:
+            return
         if self.cancelled.is_set():
             raise JobCancelled()
         if time.monotonic() > self.deadline:
@@ -92,9 +96,12 @@ class Job:
 class Scheduler:
     """Admits jobs, queues them per user and runs them round-robin on one worker thread."""
 
-    def __init__(self, options: SchedulerOptions, run_batch: Callable[[list[Job]], list[Any]] | None = None):
+    def __init__(self, options: SchedulerOptions, run_batch: Callable[[list[Job]], list[Any]] | None = None,
+                 before_run: Callable[[Job], None] | None = None, on_idle: Callable[[], None] | None = None,
+                 idle_every_s: float = 10.0):
         self.options = options
         self.run_batch = run_batch
+        self.before_run, self.on_idle, self.idle_every_s = before_run, on_idle, idle_every_s
         self.queues: OrderedDict[str, deque[Job]] = OrderedDict()
         self.jobs: dict[str, Job] = {}  # id -> job, kept for status until pruned
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -174,18 +181,29 @@ class Scheduler:
         return None
 
     def _loop(self) -> None:
+        idle_since = time.monotonic()
         while True:
             with self._lock:
                 group = self._next()
                 while group is None and not self._stop:
                     self._lock.wait(timeout=0.5)
                     group = self._next()
+                    if group is None and self.on_idle is not None and time.monotonic() - idle_since > self.idle_every_s:
+                        break
+                if group is None and not self._stop:
+                    idle_since = time.monotonic()
+                    try:
+                        self.on_idle()  # e.g. a pipeline's heartbeat to its other ranks
+                    except Exception:  # noqa: BLE001 - logged; jobs then fail or time out with a clear answer
+                        logger.exception("idle callback failed")
+                    continue
                 if group is None:
                     return
                 self.running = group
                 for job in group:
                     job.state = "running"
             self._run(group)
+            idle_since = time.monotonic()
             with self._lock:
                 self.running = []
                 self._lock.notify_all()
@@ -215,6 +233,8 @@ class Scheduler:
         else:
             job = live[0]
             try:
+                if self.before_run is not None:
+                    self.before_run(job)
                 job.finish(job.run(job))
                 self.counts[job.user]["done"] += 1
             except Exception as e:  # noqa: BLE001 - reported to the client; the worker goes on

@@ -77,8 +77,10 @@ def _strict_json(text: str, limits: Limits) -> Any:
 
     try:
         return json.loads(text, parse_constant=no_constants)
-    except json.JSONDecodeError as e:
-        raise WireError(f"malformed JSON: {e}", 400) from None
+    except WireError:
+        raise
+    except ValueError as e:  # JSONDecodeError, or an integer of more digits than Python converts
+        raise WireError(f"malformed JSON: {str(e)[:200]}", 400) from None
 
 
 def encode(body: dict, tensors: dict[str, torch.Tensor] | None = None) -> bytes:

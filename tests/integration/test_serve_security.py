@@ -112,6 +112,16 @@ def _header_only(entries: dict, payload: bytes = b"", meta: dict | None = None) 
     return struct.pack("<Q", len(raw)) + raw + payload
 
 
+def _raw_header(raw: bytes) -> bytes:
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _raw_meta(body_json: str) -> bytes:
+    """A message whose JSON body is `body_json` verbatim (and one token tensor)."""
+    header = {"tokens": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, 8]}, "__metadata__": {"json": body_json}}
+    return _raw_header(json.dumps(header).encode()) + struct.pack("<q", 1)
+
+
 def test_oversized_tensors_and_too_many_tokens_are_refused_before_allocation(server):
     huge = _header_only({"tokens": {"dtype": "I64", "shape": [2**31, 2**31], "data_offsets": [0, 8]}}, b"\0" * 8)
     assert server.post("/v1/run", content=huge, headers=ALICE).status_code == 413
@@ -156,14 +166,16 @@ def _fuzz_bodies(rng: random.Random) -> list[bytes]:
         encode({"op": "forward", "hooks": [{"name": "blocks.0.attn.hook_z", "hook": {"op": "zero_ablate", "heads": [99]}}]},
                {"tokens": torch.tensor([[1, 2]])}),
         encode({"op": "forward", "x": json.loads("[" * 10 + "]" * 10)}, {"tokens": torch.tensor([[1]])}),
-        _header_only({}, meta={"op": "forward", "deep": None}).replace(b'"deep": null', b'"deep": ' + b"[" * 5000 + b"]" * 5000),
+        _raw_meta('{"op": "forward", "deep": ' + "[" * 5000 + "]" * 5000 + "}"),  # deep JSON body
+        _raw_header(b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}"),  # deep safetensors header
         _header_only({"tokens": {"dtype": "O", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),  # object dtype
         _header_only({"tokens": {"dtype": "I64", "shape": [-1], "data_offsets": [0, 8]}}, b"\0" * 8),
         _header_only({"tokens": {"dtype": "I64", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8),  # size mismatch
         _header_only({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},
                       "b": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),  # overlap
         struct.pack("<Q", 2**63) + b"{}",
-        _header_only({}, meta=None).replace(b'"op"', b'"op": NaN, "x"'),
+        _raw_meta('{"op": "generate", "seed": ' + "9" * 5000 + "}"),  # an int too long to convert
+        _raw_meta('{"op": "forward", "hooks": NaN}'),
     ]
     return bodies
 
