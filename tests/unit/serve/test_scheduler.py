@@ -101,3 +101,15 @@ def test_drain_finishes_in_flight_work_and_refuses_new():
         s.submit(Job("a", "x", lambda job: None))
     assert e.value.status == 503
     s.close()
+
+
+def test_returned_bytes_quota():
+    s = _sched(bytes_per_minute=1000)
+    first = s.submit(Job("a", "x", lambda job: None))
+    assert first.done.wait(WAIT)
+    s.record_bytes("a", 1500)
+    with pytest.raises(WireError) as e:
+        s.submit(Job("a", "x", lambda job: None))
+    assert e.value.status == 429 and "response bytes" in str(e.value)
+    assert s.submit(Job("b", "x", lambda job: None)).done.wait(WAIT)  # other users unaffected
+    s.close()
