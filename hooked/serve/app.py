@@ -22,6 +22,7 @@ import hmac
 import html
 import json
 import logging
+import re
 import tempfile
 import time
 import uuid
@@ -109,6 +110,8 @@ def parse_tokens(text: str) -> dict[str, str]:
         if len(parts) != 2:
             raise HookedError(f"tokens line {n}: expected 'user token', got {len(parts)} fields")
         user, token = parts
+        if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", user):
+            raise HookedError(f"tokens line {n}: user names are 1-64 letters, digits or _.@- (got {user[:64]!r})")
         if len(token) < 16:
             raise HookedError(f"tokens line {n}: the token of {user!r} is shorter than 16 characters")
         if user in out:
