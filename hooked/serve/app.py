@@ -215,7 +215,10 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
     def encode_result(job: Job) -> bytes:
         if job.error is not None:
             raise job.error
+        if job.result is None:  # cancelled (DELETE /v1/jobs/{id}) after it finished
+            raise JobCancelled()
         body, tensors = job.result
+        job.result = None  # finished jobs stay listed for status; their tensors need not
         data = wire.encode({**body, "job": job.id}, tensors)
         scheduler.record_bytes(job.user, len(data))
         return data
@@ -247,7 +250,8 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         await wait(request, job)
         if job.error is not None:
             raise job.error
-        return HTMLResponse(job.result)
+        page, job.result = job.result, None
+        return HTMLResponse(page)
 
     async def model_endpoint(request, user, rid):
         return JSONResponse(info)
@@ -259,7 +263,8 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         await wait(request, job)
         if job.error is not None:
             raise job.error
-        data = wire.encode({"part": part}, job.result)
+        tensors, job.result = job.result, None
+        data = wire.encode({"part": part}, tensors)
         scheduler.record_bytes(user, len(data))
         return Response(data, media_type=wire.CONTENT_TYPE)
 

@@ -88,7 +88,8 @@ class Job:
         self.events.put(event)
 
     def finish(self, result=None, error: BaseException | None = None) -> None:
-        self.result, self.error = result, error
+        self.result = None if self.cancelled.is_set() else result  # nobody will read a cancelled job's answer
+        self.error = error
         self.state = "failed" if error is not None else "done"
         self.done.set()
 

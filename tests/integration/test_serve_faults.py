@@ -182,3 +182,15 @@ def test_compatible_requests_of_different_users_are_batched(checkpoint):
         assert srv.app.state.scheduler.snapshot()["users"]["*"]["batched_jobs"] >= 2
         for user in tokens:
             assert torch.equal(results[user], local(inputs[user])), user
+
+
+def test_the_owner_can_cancel_a_running_job(server):
+    with httpx.Client(base_url=server.url, timeout=WAIT_S) as http:
+        lines = []
+        with http.stream("POST", "/v1/stream", content=_long_sweep_body(torch.arange(1, 25)[None]), headers=ALICE) as r:
+            for line in r.iter_lines():
+                lines.append(json.loads(line))
+                if len(lines) == 2:
+                    assert http.delete(f"/v1/jobs/{lines[0]['job']}", headers=ALICE).json()["cancelled"] is True
+        assert lines[-1]["status"] == 499 and "cancelled" in lines[-1]["error"]
+        assert http.get(f"/v1/jobs/{lines[0]['job']}", headers=ALICE).json()["state"] == "failed"
