@@ -195,8 +195,12 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
 
     async def submit(request: Request, user: str) -> Job:
         data = await read_body(request)
-        body, tensors = wire.decode(data, options.wire)
-        job = ops.make_job(model, user, body, tensors, options.limits)
+
+        def prepare() -> Job:  # off the event loop: decoding and checking a large body takes a while
+            body, tensors = wire.decode(data, options.wire)
+            return ops.make_job(model, user, body, tensors, options.limits)
+
+        job = await asyncio.to_thread(prepare)
         job.request, job.interruptible = data, relay is None
         return scheduler.submit(job)
 
@@ -264,14 +268,15 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
         if job.error is not None:
             raise job.error
         tensors, job.result = job.result, None
-        data = wire.encode({"part": part}, tensors)
+        data = await asyncio.to_thread(wire.encode, {"part": part}, tensors)
         scheduler.record_bytes(user, len(data))
         return Response(data, media_type=wire.CONTENT_TYPE)
 
     async def run_endpoint(request, user, rid):
         job = await submit(request, user)
         await wait(request, job)
-        return Response(encode_result(job), media_type=wire.CONTENT_TYPE, headers={"x-job-id": job.id})
+        data = await asyncio.to_thread(encode_result, job)
+        return Response(data, media_type=wire.CONTENT_TYPE, headers={"x-job-id": job.id})
 
     async def stream_endpoint(request, user, rid):
         job = await submit(request, user)
@@ -291,7 +296,7 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
                         return
                     await asyncio.sleep(POLL_S)
                 try:
-                    data = encode_result(job)
+                    data = await asyncio.to_thread(encode_result, job)
                     yield json.dumps({"result": base64.b64encode(data).decode()}) + "\n"
                 except Exception as e:  # noqa: BLE001 - the stream has begun: the error is its last line
                     status, message = _status_of(e)
