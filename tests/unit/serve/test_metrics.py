@@ -48,3 +48,16 @@ def test_token_file_parsing():
                 "alice 0123456789abcdef0\nalice 0123456789abcdef1"):
         with pytest.raises(Exception):
             parse_tokens(bad)
+
+
+def test_resolve_tokens_loopback_and_public_addresses():
+    from hooked.serve import resolve_tokens
+
+    given = {"alice": "0123456789abcdef0"}
+    assert resolve_tokens("0.0.0.0", given) == (given, None)
+    tokens, generated = resolve_tokens("127.0.0.1", None)
+    assert tokens == {"local": generated} and len(generated) >= 24  # a one-time token, printed by the CLI
+    assert resolve_tokens("::1", None, no_auth=True) == (None, None)
+    for host in ("0.0.0.0", "192.168.1.5", "example.org"):
+        with pytest.raises(InputError, match="without authentication"):
+            resolve_tokens(host, None, no_auth=True)
