@@ -305,6 +305,8 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         if not isinstance(patching_metric, metrics.Metric):
             raise InputError("a remote patching sweep needs a hooked.metrics metric (logit_diff, log_prob, "
                              "projection): the server never runs a function you wrote")
+        if index_df is None and index_axis_names is None:
+            raise ValueError("Pass index_axis_names or index_df")
         if getattr(clean_cache, "tokens", None) is None:
             raise InputError("clean_cache must come from this remote model's run_with_cache (it records the tokens)")
         metric, metric_tensors = patching_metric.to_spec()
