@@ -162,23 +162,25 @@ def test_compatible_requests_of_different_users_are_batched(checkpoint):
     tokens = {"carol": "carol-token-0123456789", **TOKENS}
     options = ServeOptions(scheduler=SchedulerOptions(max_batch=4))
     with start_in_thread(model, tokens=tokens, options=options) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        clients = {user: remote.connect(srv.url, token=token) for user, token in tokens.items()}  # connected first
         blocker = threading.Thread(target=lambda: http.post(
-            "/v1/run", content=_long_sweep_body(torch.arange(1, 9)[None]), headers=ALICE))
+            "/v1/run", content=_long_sweep_body(torch.arange(1, 17)[None]), headers=ALICE))
         blocker.start()
-        time.sleep(0.3)  # the sweep is running: the forwards below queue behind it
+        time.sleep(0.3)  # the sweep (2048 patches) is running: the forwards below queue behind it
         inputs = {user: torch.randint(0, 300, (2, 6), generator=torch.Generator().manual_seed(i))
                   for i, user in enumerate(tokens)}
         results = {}
 
         def ask(user):
-            with remote.connect(srv.url, token=tokens[user]) as client:
-                results[user] = client(inputs[user])
+            results[user] = clients[user](inputs[user])
 
         askers = [threading.Thread(target=ask, args=(u,)) for u in tokens]
         for t in askers:
             t.start()
         for t in [blocker, *askers]:
             t.join(timeout=WAIT_S)
+        for client in clients.values():
+            client.close()
         assert srv.app.state.scheduler.snapshot()["users"]["*"]["batched_jobs"] >= 2
         for user in tokens:
             assert torch.equal(results[user], local(inputs[user])), user
