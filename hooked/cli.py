@@ -1,5 +1,6 @@
 """Command line: `hooked inspect "prompt" [--model NAME] [--top-k K] [--html PATH] [--debug]`, and
-`hooked harvest --model M --corpus PATH --hooks NAMES --out DIR --context-length N ...` (hooked/harvest/cli.py).
+`hooked harvest --model M --corpus PATH --hooks NAMES --out DIR --context-length N ...` (hooked/harvest/cli.py), and
+`hooked serve [--model M] [--host H] [--port P] [--tokens FILE] ...` (host a model for many users: docs/serving.md).
 
 Errors (a missing or corrupt checkpoint, a prompt longer than the context, ...) are
 printed as one line, `hooked: error: <Type>: <message>`, with exit status 1; `--debug`
@@ -25,10 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", default=None, metavar="PATH", help="also write interactive views of the prompt to PATH")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
     _add_harvest(sub)
+    _add_serve(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        return _harvest(args) if args.command == "harvest" else _inspect(args)
+        return {"harvest": _harvest, "serve": _serve}.get(args.command, _inspect)(args)
     except KeyboardInterrupt:
         sys.stderr.write("hooked: interrupted\n")
         return 130
@@ -67,6 +69,76 @@ def _harvest(args) -> int:
     from hooked.harvest.cli import run
 
     return run(args)
+
+
+def _add_serve(sub) -> None:
+    p = sub.add_parser("serve", help="host a model over HTTP for many users (hooked.remote.connect)")
+    p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback addresses need --tokens)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--tokens", default=None, metavar="FILE", help="'user token' per line (or env HOOKED_SERVE_TOKENS)")
+    p.add_argument("--no-auth", action="store_true", help="loopback only: accept requests without a token")
+    p.add_argument("--device", default=None)
+    p.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (uvicorn's option)")
+    p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key")
+    p.add_argument("--max-tokens-per-request", type=int, default=8192)
+    p.add_argument("--tokens-per-minute", type=int, default=200_000, help="per user")
+    p.add_argument("--max-body-mb", type=float, default=64.0)
+    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds")
+    p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+
+
+def _serve(args) -> int:
+    import os
+
+    from hooked import HookedTransformer
+    from hooked.serve import JsonLogFormatter, ServeOptions, SchedulerOptions, parse_tokens, resolve_tokens, run
+    from hooked.serve.ops import ServeLimits
+    from hooked.serve.wire import Limits
+
+    if args.tokens:
+        with open(args.tokens, encoding="utf-8") as f:
+            tokens = parse_tokens(f.read())
+    else:
+        tokens = parse_tokens(os.environ.get("HOOKED_SERVE_TOKENS", ""))
+    tokens, generated = resolve_tokens(args.host, tokens, args.no_auth)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    log = logging.getLogger("hooked.serve")
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    options = ServeOptions(
+        scheduler=SchedulerOptions(tokens_per_minute=args.tokens_per_minute, request_timeout_s=args.request_timeout,
+                                   max_batch=args.max_batch),
+        limits=ServeLimits(max_tokens_per_request=args.max_tokens_per_request),
+        wire=Limits(max_body_bytes=int(args.max_body_mb * 2**20)),
+    )
+    if args.pipeline:
+        model = HookedTransformer.from_pretrained(args.model, pipeline=True)
+        if model.rank != 0:
+            from hooked.serve.pipeline import follow
+
+            follow(model, options)
+            return 0
+    else:
+        model = HookedTransformer.from_pretrained(args.model, device=args.device)
+    scheme = "https" if args.ssl_certfile else "http"
+    url = f"{scheme}://{args.host}:{args.port}"
+    sys.stdout.write(f"Serving {args.model} on {url} ({len(tokens or {})} users)\n")
+    if generated:
+        sys.stdout.write(f"Connect with: hooked.remote.connect({url!r}, token={generated!r})\n")
+    sys.stdout.flush()
+    if args.pipeline:
+        from hooked.serve.pipeline import serve_pipeline
+
+        serve_pipeline(model, args.host, args.port, tokens, options, args.ssl_certfile, args.ssl_keyfile)
+    else:
+        run(model, args.host, args.port, tokens, options, args.ssl_certfile, args.ssl_keyfile)
+    return 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ so `except AssertionError` code written against TransformerLens keeps working.
     ├── HookNotEnabledError (AssertionError)          an optional hook whose flag is off
     ├── MissingHooksError (KeyError)                  a cache lacks hooks an analysis needs
     ├── ConcurrentUseError (RuntimeError)             one model used by two threads at once
+    ├── RemoteError (RuntimeError)                    a `hooked serve` server refused or failed a request
     └── CheckpointError (ValueError)                  a checkpoint file is corrupt or inconsistent
         ├── WeightShapeError                          a converted tensor disagrees with the config
         └── UnsafeCheckpointError                     would need remote code, unpickling or a path outside the checkpoint
@@ -96,6 +97,14 @@ class ConcurrentUseError(HookedError, RuntimeError):
     """A model was entered by a second thread while another thread was running it."""
 
 
+class RemoteError(HookedError, RuntimeError):
+    """A `hooked serve` server refused or failed a request; `status` is its HTTP status."""
+
+    def __init__(self, message: str, status: int = 500):
+        super().__init__(message)
+        self.status = status
+
+
 class CheckpointError(HookedError, ValueError):
     """A checkpoint file is corrupt, truncated or inconsistent; the message names the file."""
 
@@ -121,6 +130,7 @@ __all__ = [
     "KVCacheMismatchError",
     "MissingHooksError",
     "PatchingError",
+    "RemoteError",
     "ShapeMismatchError",
     "TokenError",
     "TokenizerError",

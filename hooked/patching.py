@@ -159,6 +159,8 @@ def generic_activation_patch(
     axis lengths) or the rows of `index_df` (flat output); the first entry is the layer.
     `batch_size` patches run per forward (None: `auto_batch_size`), with the same results
     as one forward each. A tqdm bar counts the patches (`verbose=False` hides it).
+    A `hooked.remote` model runs the sweep on its server (`patching_metric` then must be
+    a `hooked.metrics` object).
 
     Args:
         model: the `HookedTransformer`.
@@ -178,6 +180,11 @@ def generic_activation_patch(
     Returns:
         The metric per patch: `[*axis lengths]` (e.g. `[layer, pos]`), or `[n]` for `index_df`.
     """
+    if getattr(model, "is_remote", False):
+        return model.remote_activation_patch(
+            corrupted_tokens, clean_cache, patching_metric, patch_setter, activation_name, index_axis_names,
+            index_df, return_index_df, batch_size, verbose,
+        )
     _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name)
     if index_df is None:
         if index_axis_names is None:

@@ -78,6 +78,11 @@ def attribution_patch(
     Returns:
         hook name -> tensor of the activation's shape (see `recompute_softmax`).
     """
+    if getattr(model, "is_remote", False):  # a hooked.remote model: the server computes it (metric: hooked.metrics)
+        return model.remote_attribution_patch(
+            clean, corrupted, metric, names_filter, method, steps, sum_batch, attention_mask, recompute_softmax,
+            grad_drop, steps_per_forward,
+        )
     if method not in ("atp", "ig"):
         raise InputError(f"method must be 'atp' or 'ig', got {method!r}")
     if method == "ig" and (recompute_softmax or grad_drop):

@@ -1,0 +1,447 @@
+"""`RemoteModel`: the client side of `hooked serve` (httpx)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from hooked import interventions
+from hooked.activation_cache import ActivationCache
+from hooked.config import HookedTransformerConfig
+from hooked.errors import InputError, RemoteError
+from hooked.serve import wire
+from hooked.tokenizer_mixin import TokenizerMixin
+from hooked.utils import USE_DEFAULT_VALUE
+from hooked.weight_views import WeightViewsMixin
+
+#: What a client accepts from its server: large, but still bounded.
+RESPONSE_LIMITS = wire.Limits(max_body_bytes=2**36, max_header_bytes=2**28, max_json_depth=32, max_tensors=2**20,
+                              max_ndim=8, max_tensor_elements=2**34)
+
+
+class _HookInfo:
+    """What the client knows of a server hook point: its name and position axis."""
+
+    requires = None
+
+    def __init__(self, name: str, pos_axis: int | None):
+        self.name, self.pos_axis = name, pos_axis
+
+
+class _LazyBlocks:
+    """`model.blocks[l]`: a block whose weights are fetched from the server on first use and kept."""
+
+    def __init__(self, remote: RemoteModel):
+        self.remote = remote
+
+    def __len__(self) -> int:
+        return self.remote.cfg.n_layers
+
+    def __getitem__(self, layer: int):
+        if not -len(self) <= layer < len(self):
+            raise IndexError(f"block {layer} out of range for {len(self)} layers")
+        return self.remote._materialized(f"blocks.{layer % len(self)}")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+class RemoteModel(TokenizerMixin, WeightViewsMixin):
+    """A model on a `hooked serve` server, with the `HookedTransformer` calls a course script uses.
+
+    Hooks must be `hooked.interventions` objects; metrics of patching and attribution must be
+    `hooked.metrics` objects. Weights that cache analyses read (norm gains, `W_U`, `W_O`, ...)
+    are fetched per block on first use and kept.
+    """
+
+    is_remote = True
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 300.0, client=None):
+        import httpx
+
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = client or httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        info = self._json("GET", "/v1/model")
+        cfg = dict(info["cfg"], device="cpu", n_devices=1)
+        self.cfg = HookedTransformerConfig.from_dict(cfg)
+        self.hook_dict = {n: _HookInfo(n, info["pos_axes"].get(n)) for n in info["hook_names"]}
+        self._inactive = set(info.get("inactive", ()))
+        self.tokenizer = None
+        if info["tokenizer_files"]:
+            self.set_tokenizer(_tokenizer_from_files(info["tokenizer_files"]), info.get("padding_side", "right"))
+        self.forward_state = None
+        self.last_job_id: str | None = None
+        self._pending: list[list[tuple[str, Any]]] = []
+        self._shadow = None
+        self._parts: dict[str, torch.nn.Module] = {}
+        self.blocks = _LazyBlocks(self)
+
+    # -- transport ---------------------------------------------------------------------------
+    def _check(self, response) -> None:
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except (ValueError, AttributeError):
+                message = response.text
+            raise RemoteError(f"server answered {response.status_code}: {message}", response.status_code)
+
+    def _json(self, method: str, path: str) -> dict:
+        response = self._http.request(method, path)
+        self._check(response)
+        return response.json()
+
+    def _post(self, body: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
+        response = self._http.post("/v1/run", content=wire.encode(body, tensors),
+                                   headers={"content-type": wire.CONTENT_TYPE})
+        self._check(response)
+        return wire.decode(response.content, RESPONSE_LIMITS, finite=False)
+
+    def _stream(self, body: dict, tensors: dict, on_event: Callable[[dict], None] | None):
+        events = self._events(body, tensors)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as done:
+                return done.value
+            if on_event is not None:
+                on_event(event)
+
+    def _events(self, body: dict, tensors: dict):
+        """Yield the server's progress events; return the decoded result."""
+        with self._http.stream("POST", "/v1/stream", content=wire.encode(body, tensors),
+                               headers={"content-type": wire.CONTENT_TYPE}) as response:
+            if response.status_code >= 400:
+                response.read()
+                self._check(response)
+            for line in response.iter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                if "result" in event:
+                    return wire.decode(base64.b64decode(event["result"]), RESPONSE_LIMITS, finite=False)
+                if "error" in event:
+                    raise RemoteError(f"server answered {event.get('status')}: {event['error']}", event.get("status", 500))
+                if "job" in event:
+                    self.last_job_id = event["job"]  # for GET/DELETE /v1/jobs/{id}
+                    continue
+                yield event
+        raise RemoteError("the server closed the stream without a result", 502)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- inputs and hooks ---------------------------------------------------------------------
+    def _inputs(self, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None,
+                prefix: str = "") -> dict[str, torch.Tensor]:
+        """Token ids (and a mask) for the server: text is tokenized here, as the local model would."""
+        if isinstance(input, (str, list)):
+            tokens, mask = self.to_tokens(input, prepend_bos, padding_side, return_attention_mask=True)
+            attention_mask = mask if attention_mask is None and not bool(mask.all()) else attention_mask
+        elif isinstance(input, torch.Tensor) and not input.is_floating_point():
+            tokens = input[None] if input.ndim == 1 else input
+        else:
+            raise InputError("a remote model takes text or token ids [batch, pos] (embeddings stay on the server)")
+        out = {f"{prefix}tokens": tokens.long().cpu()}
+        if attention_mask is not None:
+            out[f"{prefix}attention_mask"] = attention_mask.long().cpu()
+        return out
+
+    def _hook_specs(self, fwd_hooks) -> tuple[list, dict]:
+        pairs = [p for level in self._pending for p in level] + list(fwd_hooks)
+        expanded = []
+        for name, fn in pairs:
+            names = [name] if isinstance(name, str) else [n for n in self.hook_dict if name(n)]
+            expanded += [(n, fn) for n in names]
+        return interventions.specs_of(expanded)
+
+    @contextlib.contextmanager
+    def hooks(self, fwd_hooks=(), bwd_hooks=(), reset_hooks_end: bool = True, clear_contexts: bool = False):
+        """Interventions applied to every call inside the `with` block (as `HookedTransformer.hooks`)."""
+        if bwd_hooks:
+            raise InputError("a remote model takes no backward hooks: use attribution_patch, which runs server-side")
+        self._pending.append(list(fwd_hooks))
+        try:
+            yield self
+        finally:
+            self._pending.pop()
+
+    def _names_from_filter(self, names_filter) -> list[str]:
+        if names_filter is None:
+            return [n for n in self.hook_dict if n not in self._inactive]
+        if isinstance(names_filter, str):
+            names = [names_filter]
+        elif callable(names_filter):
+            return [n for n in self.hook_dict if n not in self._inactive and names_filter(n)]
+        else:
+            names = list(names_filter)
+        unknown = [n for n in names if n not in self.hook_dict]
+        if unknown:
+            raise KeyError(f"No hook point named {unknown[0]!r} on the server's model (model.hook_dict lists all names)")
+        return names
+
+    # -- forward passes -------------------------------------------------------------------------
+    def forward(self, input, return_type: str | None = "logits", prepend_bos=USE_DEFAULT_VALUE,
+                padding_side=USE_DEFAULT_VALUE, attention_mask=None, *, fwd_hooks=()):
+        """Logits `[batch, pos, d_vocab]` of the server's forward pass (with any active interventions)."""
+        if return_type not in ("logits", None):
+            raise InputError(f"a remote forward returns logits (return_type='logits'), got {return_type!r}")
+        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+        hooks, hook_tensors = self._hook_specs(fwd_hooks)
+        _, out = self._post({"op": "forward", "hooks": hooks}, {**tensors, **hook_tensors})
+        return out["logits"] if return_type == "logits" else None
+
+    __call__ = forward
+
+    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
+        if bwd_hooks:
+            raise InputError("a remote model takes no backward hooks")
+        return self.forward(*args, fwd_hooks=fwd_hooks, **kwargs)
+
+    def run_with_cache(self, input, names_filter=None, remove_batch_dim: bool = False, return_cache_object=True,
+                       prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None,
+                       fwd_hooks=(), device=None):
+        """`(logits, ActivationCache)` of the named hook points, computed on the server."""
+        names = self._names_from_filter(names_filter)
+        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+        hooks, hook_tensors = self._hook_specs(fwd_hooks)
+        _, out = self._post({"op": "forward", "hooks": hooks, "cache": names}, {**tensors, **hook_tensors})
+        cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
+        if remove_batch_dim:
+            cache_dict = {k: v[0] for k, v in cache_dict.items()}
+        if not return_cache_object:
+            return out["logits"], cache_dict
+        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        cache.tokens, cache.attention_mask = tensors["tokens"], tensors.get("attention_mask")
+        return out["logits"], cache
+
+    # -- generation --------------------------------------------------------------------------
+    def generate_stream(self, input="", max_new_tokens: int = 10, **kwargs) -> Iterator[torch.Tensor]:
+        """Yield each step's new tokens `[batch, 1]` as the server samples them; returns `generate`'s result."""
+        body, tensors, finish = self._generate_request(input, max_new_tokens, **kwargs)
+        events = self._events(body, tensors)
+        while True:
+            try:
+                event = next(events)
+            except StopIteration as done:
+                return finish(done.value[1])
+            if "tokens" in event:
+                yield torch.tensor(event["tokens"])[:, None]
+
+    def generate(self, input="", max_new_tokens: int = 10, *, on_token: Callable[[dict], None] | None = None,
+                 **kwargs):
+        """`HookedTransformer.generate` on the server (same arguments); `on_token(event)` sees each step's
+        tokens (`{"step": t, "tokens": [...]}`) as they arrive."""
+        body, tensors, finish = self._generate_request(input, max_new_tokens, **kwargs)
+        _, out = self._stream(body, tensors, on_token)
+        return finish(out)
+
+    def _generate_request(self, input="", max_new_tokens: int = 10, stop_at_eos: bool = True, do_sample: bool = True,
+                          top_k: int | None = None, top_p: float | None = None, temperature: float = 1.0,
+                          freq_penalty: float = 0.0, use_past_kv_cache: bool = True, prepend_bos=USE_DEFAULT_VALUE,
+                          padding_side=USE_DEFAULT_VALUE, return_type: str = "input", verbose: bool = False, *,
+                          repetition_penalty: float = 1.0, attention_mask=None, fwd_hooks=(),
+                          return_cache: bool = False, names_filter=None, output_logits: bool = False,
+                          seed: int | None = None):
+        if isinstance(input, (str, list)):
+            tokens, mask = self.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
+            tensors = {"tokens": tokens, "attention_mask": mask}
+            kind = "str" if isinstance(input, str) else "list"
+        else:
+            tensors = self._inputs(input, attention_mask=attention_mask)
+            kind = "tokens"
+        hooks, hook_tensors = self._hook_specs(fwd_hooks)
+        body = dict(op="generate", hooks=hooks, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
+                    do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
+                    use_past_kv_cache=use_past_kv_cache, repetition_penalty=repetition_penalty,
+                    return_cache=return_cache, output_logits=output_logits, seed=seed,
+                    names_filter=None if not return_cache else self._names_from_filter(names_filter))
+
+        def finish(out: dict):
+            if return_cache or output_logits:
+                return self._generation_output(out)
+            sequences = out["sequences"]
+            kind_out = ("str" if kind in ("str", "list") else "tokens") if return_type == "input" else return_type
+            if kind_out == "tokens":
+                return sequences
+            if kind_out != "str":
+                raise InputError(f"a remote generate returns 'input', 'str' or 'tokens', got {return_type!r}")
+            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in sequences]
+            return texts[0] if kind == "str" or (kind != "list" and len(texts) == 1) else texts
+
+        return body, {**tensors, **hook_tensors}, finish
+
+    def _generation_output(self, out: dict):
+        from hooked.generation import GenerationOutput
+
+        cache = None
+        cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
+        if cache_dict:
+            cache = ActivationCache(cache_dict, self)
+            cache.tokens, cache.attention_mask = out.get("cache_tokens"), out.get("cache_attention_mask")
+        sequences = out["sequences"]
+        logits = tuple(out["logits"].unbind(1)) if "logits" in out else None
+        text = [self.tokenizer.decode(r, skip_special_tokens=True) for r in sequences] if self.tokenizer else None
+        return GenerationOutput(sequences=sequences, text=text, logits=logits, cache=cache,
+                                attention_mask=out["attention_mask"], finished=out["finished"])
+
+    # -- server-side sweeps ---------------------------------------------------------------------
+    def remote_activation_patch(self, corrupted_tokens, clean_cache, patching_metric, patch_setter,
+                                activation_name: str, index_axis_names=None, index_df=None,
+                                return_index_df: bool = False, batch_size=1, verbose: bool = True):
+        """`hooked.patching.generic_activation_patch` run by the server (it calls this for a remote model)."""
+        from hooked import metrics, patching
+
+        if not isinstance(patching_metric, metrics.Metric):
+            raise InputError("a remote patching sweep needs a hooked.metrics metric (logit_diff, log_prob, "
+                             "projection): the server never runs a function you wrote")
+        if index_df is None and index_axis_names is None:
+            raise ValueError("Pass index_axis_names or index_df")
+        if getattr(clean_cache, "tokens", None) is None:
+            raise InputError("clean_cache must come from this remote model's run_with_cache (it records the tokens)")
+        metric, metric_tensors = patching_metric.to_spec()
+        body = {"op": "patch", "metric": metric, "setter": getattr(patch_setter, "__name__", ""),
+                "activation": activation_name, "axes": None if index_df is not None else list(index_axis_names),
+                "batch_size": batch_size}
+        tensors = {"tokens": corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None],
+                   "clean_tokens": clean_cache.tokens, **metric_tensors}
+        if clean_cache.attention_mask is not None:
+            tensors["clean_attention_mask"] = clean_cache.attention_mask
+        rows = None
+        if index_df is not None:
+            rows = patching._index_rows(index_df)
+            tensors["index"] = torch.tensor(rows, dtype=torch.long).reshape(len(rows), -1)
+        bar = _progress_bar(verbose, f"patching {activation_name} (remote)")
+        try:
+            _, out = self._stream(body, tensors, lambda e: bar.update(e.get("progress", 0.0)))
+        finally:
+            bar.close()
+        result = out["result"]
+        if not return_index_df:
+            return result
+        if index_df is None:
+            import itertools
+
+            shape = result.shape
+            rows = list(itertools.product(*(range(n) for n in shape)))
+            index_df = patching._make_index_df(rows, index_axis_names)
+        return result, index_df
+
+    def remote_attribution_patch(self, clean, corrupted, metric, names_filter, method="atp", steps=32,
+                                 sum_batch=False, attention_mask=None, recompute_softmax=False, grad_drop=False,
+                                 steps_per_forward=None) -> dict[str, torch.Tensor]:
+        """`hooked.circuits.attribution_patch` run by the server."""
+        from hooked import metrics
+
+        if not isinstance(metric, metrics.Metric):
+            raise InputError("a remote attribution_patch needs a hooked.metrics metric (logit_diff, log_prob, projection)")
+        spec, metric_tensors = metric.to_spec()
+        body = {"op": "attribution", "metric": spec, "names": self._names_from_filter(names_filter), "method": method,
+                "steps": steps, "sum_batch": sum_batch, "recompute_softmax": recompute_softmax, "grad_drop": grad_drop}
+        tensors = {"clean_tokens": clean, "tokens": corrupted, **metric_tensors}
+        if attention_mask is not None:
+            tensors["attention_mask"] = attention_mask
+        _, out = self._stream(body, tensors, None)
+        return {k[5:]: v for k, v in out.items() if k.startswith("attr/")}
+
+    # -- weights for cache analysis ---------------------------------------------------------------
+    @property
+    def input_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def to(self, device=None, *args, **kwargs):
+        if device is not None and torch.device(device).type != "cpu":
+            raise InputError("a remote model's local side (fetched weights, caches) stays on the CPU")
+        return self
+
+    def _materialized(self, part: str) -> torch.nn.Module:
+        """The shadow module `part` with the server's weights (fetched once)."""
+        if part not in self._parts:
+            if self._shadow is None:
+                from hooked.hooked_transformer import HookedTransformer
+
+                with torch.device("meta"):
+                    self._shadow = HookedTransformer(self.cfg.replace(device="meta"))
+            module = self._shadow.get_submodule(part)
+            response = self._http.get(f"/v1/weights/{part}")
+            self._check(response)
+            _, state = wire.decode(response.content, RESPONSE_LIMITS, finite=False)
+            module.to_empty(device="cpu")
+            module.load_state_dict(state, strict=False)
+            self._parts[part] = module
+        return self._parts[part]
+
+    def block_weight(self, layer: int, name: str) -> torch.Tensor:
+        return _attr(self.blocks[layer], name)
+
+    def part_weight(self, part: str, name: str) -> torch.Tensor:
+        return _attr(self._materialized(part), name)
+
+    @property
+    def unembed(self):
+        return self._materialized("unembed")
+
+    @property
+    def ln_final(self):
+        return self._materialized("ln_final")
+
+    def __repr__(self) -> str:
+        return f"RemoteModel({self._http.base_url}, {self.cfg.model_name}, {self.cfg.n_layers} layers)"
+
+
+def _attr(module, name: str):
+    for part in name.split("."):
+        module = getattr(module, part)
+    return module
+
+
+class _Bar:
+    def __init__(self, bar):
+        self.bar, self.done = bar, 0.0
+
+    def update(self, fraction: float) -> None:
+        if self.bar is not None:
+            self.bar.update(max(0.0, fraction - self.done))
+            self.done = max(self.done, fraction)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress_bar(verbose: bool, desc: str) -> _Bar:
+    if not verbose:
+        return _Bar(None)
+    from tqdm.auto import tqdm
+
+    return _Bar(tqdm(total=1.0, desc=desc, bar_format="{desc}: {percentage:3.0f}%|{bar}|"))
+
+
+def _tokenizer_from_files(files: dict[str, str]):
+    """The server's tokenizer, rebuilt from its files (plain names only: nothing outside a temp folder)."""
+    from hooked.loading.checkpoint import load_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in files.items():
+            if Path(name).name != name or name.startswith("."):
+                raise RemoteError(f"the server sent a tokenizer file with a path {name!r}", 502)
+            (Path(tmp) / name).write_bytes(base64.b64decode(data))
+        return load_tokenizer(tmp)
+
+
+def connect(url: str, token: str | None = None, timeout: float = 300.0) -> RemoteModel:
+    """A `RemoteModel` for the `hooked serve` server at `url` (e.g. "http://127.0.0.1:8000")."""
+    return RemoteModel(url, token=token, timeout=timeout)
+
+
+__all__ = ["RemoteModel", "connect"]
