@@ -19,7 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="top predictions, logit lens, attention and logit attribution for a prompt")
     p.add_argument("prompt")
-    p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
+    from hooked.loading.bundled import bundled_names
+
+    p.add_argument(
+        "--model", default="smollm2-135m",
+        help=f"bundled name, local checkpoint directory or .gguf file (bundled: {bundled_names()})".replace("%", "%%"),
+    )  # fmt: skip
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--device", default=None)
     p.add_argument("--html", default=None, metavar="PATH", help="also write interactive views of the prompt to PATH")
