@@ -94,6 +94,11 @@ def init_group(timeout_s: float | None = None) -> tuple[int, int, torch.device]:
             )
         dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=timeout_s))
         _Group.timeout_s, _Group.default_timeout = timeout_s, default_timeout
+    elif not default_timeout and _Group.timeout_s is not None and timeout_s != _Group.timeout_s:
+        logger.warning(
+            "timeout_s=%g is ignored: this process group was started with timeout_s=%g, which bounds every call",
+            timeout_s, _Group.timeout_s,
+        )  # fmt: skip
     _install_excepthook()
     return dist.get_rank(), dist.get_world_size(), device
 
@@ -197,20 +202,21 @@ def _exchange_tags(what: str, call: int, device: torch.device) -> None:
         raise PipelineError(f"rank {dist.get_rank()} {what} (pipelined call #{call}): {stopped_answering(e)}") from e
     seen = [(int(t[0]), bytes(t[2 : 2 + int(t[1])].tolist()).decode(errors="replace")) for t in tags]
     if len(set(seen)) > 1:
-        raise mismatch(seen)
+        raise mismatch(seen, dist.get_rank())
 
 
-def mismatch(seen: list[tuple[int, str]]) -> PipelineError:
-    """The error every rank raises when the ranks started different pipelined operations."""
+def mismatch(seen: list[tuple[int, str]], rank: int) -> PipelineError:
+    """The error every rank raises when the ranks started different pipelined operations (`seen[r]`: rank r's
+    `(call counter, operation)`); rank 0's is the one whose traceback shows."""
     groups: dict[tuple[int, str], list[int]] = {}
-    for rank, tag in enumerate(seen):
-        groups.setdefault(tag, []).append(rank)
+    for r, tag in enumerate(seen):
+        groups.setdefault(tag, []).append(r)
     sides = [f"{_ranks(ranks)} {what} (pipelined call #{call})" for (call, what), ranks in groups.items()]
     advice = "every rank must make the same pipelined calls (forward, cache reads, weight views, generate, backward) in the same order"
     if any("reading cache" in what for _, what in seen):
         advice = "cache reads are collectives: call them on every rank in the same order"
     message = f"{' while '.join(sides)}; {advice}"
-    return PipelineError(message, secondary=dist.get_rank() != 0)
+    return PipelineError(message, secondary=rank != 0)
 
 
 def _ranks(ranks: list[int]) -> str:
