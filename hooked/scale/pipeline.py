@@ -14,6 +14,12 @@ does not own stay on the `meta` device. A forward call goes:
    the same tensor on every rank.
 
 Hooks run on the rank that owns their hook point (with micro-batching, once per slice).
+
+Every rank must make the same pipelined calls in the same order: a forward, a cache read
+(`cache[name]` broadcasts from the rank that holds it), a weight view, a generate step and
+a backward are each a collective. Each starts with a check-in (collectives.py): ranks that
+called different operations fail at once, every rank naming both; a rank that never
+arrives is reported after `timeout_s` (300 s by default).
 """
 
 from __future__ import annotations
