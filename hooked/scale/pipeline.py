@@ -94,7 +94,8 @@ def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_ba
         groups = {fp: [r for r, f in enumerate(fingerprints) if f == fp] for fp in fingerprints}
         raise PipelineError(
             f"the ranks loaded different checkpoints (ranks grouped by checkpoint: {list(groups.values())}): "
-            f"give every rank the same files and revision of {model_name!r}"
+            f"give every rank the same files and revision of {model_name!r}",
+            secondary=rank != 0,  # the same message on every rank: rank 0's traceback is enough
         )
     return model
 
