@@ -65,11 +65,11 @@ class BundledModel:
     package: str  # distribution name, as given to pip
     module: str  # top-level import package whose folder holds the file
     gguf_name: str  # file name inside that folder (or of the assembled file)
-    name: str  # what the model is, as its authors name it (`cfg.model_name`)
     aliases: tuple[str, ...] = ()  # matched in any case
     chunks: tuple[Chunk, ...] = ()
     sha256: str | None = None  # of the whole GGUF file, checked after assembling chunks
     base_names: tuple[str, ...] = ()  # names of the base model this is a fine-tune of: never resolved to it
+    name: str = ""  # what the model is, as its authors name it (`cfg.model_name`); "" for its key
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -151,15 +151,17 @@ def base_model_of(name: str) -> str | None:
 def display_name(name: str) -> str:
     """What a bundled model is (``SmolLM2-135M-Instruct`` for ``smollm2-135m``); other names unchanged."""
     key = resolve_bundled_name(name)
-    return name if key is None else BUNDLED_MODELS[key].name
+    return name if key is None else (BUNDLED_MODELS[key].name or key)
 
 
 def bundled_names() -> str:
     """The bundled models and the names that load them, for error messages."""
-    return "; ".join(
-        f"{m.name} (also {', '.join(dict.fromkeys(n for n in (k, *m.aliases) if n != m.name))})"
-        for k, m in BUNDLED_MODELS.items()
-    )
+    listed = []
+    for key, model in BUNDLED_MODELS.items():
+        name = model.name or key
+        others = list(dict.fromkeys(n for n in (key, *model.aliases) if n != name))
+        listed.append(f"{name} (also {', '.join(others)})" if others else name)
+    return "; ".join(listed)
 
 
 def _bundled_key(name: str) -> str:
