@@ -214,6 +214,12 @@ def scenario_mismatch(out_dir: Path, model_dirs: list[str], rank: int) -> None:
     report["backward_vs_forward"] = _expect_pipeline_error(backward_on_rank0_only)
     model.zero_grad(set_to_none=True)
     report["weight_vs_forward"] = _expect_pipeline_error(lambda: model.W_Q if rank == 1 else model(toks))
+
+    def greedy():
+        return model.generate(toks[:2, :5], max_new_tokens=3, do_sample=False, stop_at_eos=False, verbose=False)
+
+    report["generate_vs_forward"] = _expect_pipeline_error(lambda: greedy() if rank == 0 else model(toks))
+    report["generate_after"] = greedy()
     four = HookedTransformer.from_pretrained(model_dirs[0], pipeline=True, timeout_s=TIMEOUT_S, micro_batches=4)
     report["two_prompts_on_micro4"] = four(toks[:2])  # 2 slices, not an error
     report["two_prompts"] = model(toks[:2])

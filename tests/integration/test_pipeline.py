@@ -245,7 +245,9 @@ def test_ranks_in_different_operations_fail_at_once_naming_both(world2_mismatch)
         assert "rank 0 is in forward()" in report["weight_vs_forward"], report["weight_vs_forward"]
         assert "rank 1 is reading weight blocks.0.attn.W_Q" in report["weight_vs_forward"]
         assert "same pipelined calls" in report["weight_vs_forward"]
-    for key in ("after", "cache_after", "two_prompts_on_micro4"):
+        generate = report["generate_vs_forward"]
+        assert generate.startswith("rank 0 is in generate() step 0 (pipelined call #") and "rank 1 is in forward()" in generate
+    for key in ("after", "cache_after", "two_prompts_on_micro4", "generate_after"):
         torch.testing.assert_close(reports[0][key], reports[1][key], atol=0, rtol=0)
     torch.testing.assert_close(reports[0]["two_prompts_on_micro4"], reports[0]["two_prompts"], atol=ATOL, rtol=0)
 
