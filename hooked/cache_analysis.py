@@ -58,12 +58,15 @@ class Normalized:
     recomputed: bool = False
 
 
-_NORMALIZED: dict[int, tuple[weakref.ref, Normalized]] = {}  # id(tensor) -> (weak ref to it, how it was scaled)
+_NORMALIZED: dict[int, tuple[weakref.ref, Normalized]] = {}  # storage address -> (weak ref to the tensor, how)
 
 
 def mark_normalized(stack: torch.Tensor, how: Normalized) -> torch.Tensor:
-    """Remember that `stack` (and every view of it) was scaled by a norm; returns `stack`."""
-    key = id(stack)
+    """Remember that `stack` was scaled by a norm, for it and every tensor sharing its storage
+    (views such as `stack[:, :, -1]`, `stack.detach()`); returns `stack`."""
+    key = stack.untyped_storage().data_ptr()
+    if stack.numel() == 0 or key == 0:
+        return stack
 
     def forget(ref, key=key):
         if _NORMALIZED.get(key, (None,))[0] is ref:
@@ -74,10 +77,13 @@ def mark_normalized(stack: torch.Tensor, how: Normalized) -> torch.Tensor:
 
 
 def normalized_by(stack: torch.Tensor) -> Normalized | None:
-    """How `stack` was scaled by `apply_ln`, or None (a view answers for the tensor it views)."""
-    base = stack if stack._base is None else stack._base
-    entry = _NORMALIZED.get(id(base))
-    return entry[1] if entry is not None and entry[0]() is base else None
+    """How `stack` (or the tensor whose storage it shares) was scaled by `apply_ln`, or None."""
+    key = stack.untyped_storage().data_ptr()
+    entry = _NORMALIZED.get(key)
+    if entry is None or key == 0:
+        return None
+    marked = entry[0]()  # alive, so its storage (and address) is still the one marked
+    return entry[1] if marked is not None and marked.untyped_storage().data_ptr() == key else None
 
 
 Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
