@@ -11,6 +11,10 @@ Memory is each process's peak RSS (`VmHWM`) minus its RSS after imports; the goa
 per-rank peak of at most 0.6x the single process's. Throughput is tokens per second of the
 forward over `--batch x --pos` tokens (best of `--repeats`).
 
+The ranks also time the forward with and without the check-in that starts every pipelined
+call (one small all-gather naming the operation, `hooked/scale/collectives.py`),
+alternating the two in the same processes so machine noise hits both alike.
+
     python benchmarks/scale.py [--layers 32 --d-model 1024 --batch 16 --pos 64 --micro 4]
 """
 
@@ -55,8 +59,28 @@ for micro in args["micro"]:
             model(tokens, **({"micro_batches": micro} if args["pipeline"] else {}))
         best = min(best, time.perf_counter() - start)
     times[micro] = args["batch"] * args["pos"] / best
+check_in = {}
+if args["pipeline"]:
+    from hooked.scale import collectives
+
+    for micro in args["micro"]:
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(args["repeats"]):
+            for on in (True, False):
+                collectives._Group.depth = 0 if on else 1  # depth > 0: calls inside another skip the check-in
+                start = time.perf_counter()
+                with torch.no_grad():
+                    model(tokens, micro_batches=micro)
+                best[on] = min(best[on], time.perf_counter() - start)
+        collectives._Group.depth = 0
+        check_in[micro] = {"with_s": best[True], "without_s": best[False]}
+    start = time.perf_counter()
+    for _ in range(200):  # the check-in alone: one all-gather of a 160-int tag
+        with collectives.check_in("in forward()", model.device):
+            pass
+    check_in["one_call_us"] = (time.perf_counter() - start) / 200 * 1e6
 peak = 1024 * int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])  # not ru_maxrss: kept across exec
-print("RESULT " + json.dumps(dict(peak=peak - base, load_s=load_s, tokens_per_s=times)))
+print("RESULT " + json.dumps(dict(peak=peak - base, load_s=load_s, tokens_per_s=times, check_in=check_in)))
 """
 
 
@@ -139,6 +163,11 @@ def bench_pipeline(layers: int = 32, d_model: int = 1024, batch: int = 16, pos: 
     last = ranks[-1]["tokens_per_s"]
     print(f"pipeline (2 ranks x {max(1, cores // 2)} threads) batch {batch}x{pos}: {last['1']:.0f} tokens/s without "
           f"micro-batching, {last[str(micro)]:.0f} tokens/s with micro_batches={micro}")  # fmt: skip
+    checks = dict(ranks[-1]["check_in"])
+    print(f"one check-in alone: {checks.pop('one_call_us'):.0f} us (mean of 200)")
+    for m, t in checks.items():
+        print(f"forward with micro_batches={m}: {t['with_s'] * 1e3:.1f} ms with the call check-in, "
+              f"{t['without_s'] * 1e3:.1f} ms without ({t['with_s'] / t['without_s']:.3f}x; best of {repeats})")  # fmt: skip
     return dict(single=single, ranks=ranks, ratio=worst / single["peak"])
 
 

@@ -7,11 +7,17 @@ the way the next norm would (`apply_ln_to_stack`), and project them onto the log
 difference of chosen tokens (`logit_attrs`, direct logit attribution).
 
 `pos_slice` uses `Slice` semantics: an int drops the position axis.
+
+A stack that went through `apply_ln` (here or in `apply_ln_to_stack`) remembers which
+norm scaled it, also through views such as `stack[:, :, -1]`: scaling it again raises,
+and `logit_attrs` uses a stack scaled by the final norm as it is.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -41,6 +47,43 @@ def _through_norm_gain(
     if centers:
         writes = writes - writes.mean(-1, keepdim=True)
     return writes if gain is None else writes * gain.to(writes.dtype)
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """Which norm already scaled a stack: `reader` (e.g. `"ln_final"`, `"blocks.3.ln1"`), and whether the
+    norm was applied in full to each component (`recomputed`: the logit lens, gain included)."""
+
+    reader: str
+    recomputed: bool = False
+
+
+_NORMALIZED: dict[int, tuple[weakref.ref, Normalized]] = {}  # storage address -> (weak ref to the tensor, how)
+
+
+def mark_normalized(stack: torch.Tensor, how: Normalized) -> torch.Tensor:
+    """Remember that `stack` was scaled by a norm, for it and every tensor sharing its storage
+    (views such as `stack[:, :, -1]`, `stack.detach()`); returns `stack`."""
+    key = stack.untyped_storage().data_ptr()
+    if stack.numel() == 0 or key == 0:
+        return stack
+
+    def forget(ref, key=key):
+        if _NORMALIZED.get(key, (None,))[0] is ref:
+            del _NORMALIZED[key]
+
+    _NORMALIZED[key] = (weakref.ref(stack, forget), how)
+    return stack
+
+
+def normalized_by(stack: torch.Tensor) -> Normalized | None:
+    """How `stack` (or the tensor whose storage it shares) was scaled by `apply_ln`, or None."""
+    key = stack.untyped_storage().data_ptr()
+    entry = _NORMALIZED.get(key)
+    if entry is None or key == 0:
+        return None
+    marked = entry[0]()  # alive, so its storage (and address) is still the one marked
+    return entry[1] if marked is not None and marked.untyped_storage().data_ptr() == key else None
 
 
 Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
@@ -92,6 +135,9 @@ class CacheAnalysisMixin:
         if mlp_input:
             return self["resid_mid", layer]
         return self["resid_pre", 0] if layer == 0 else self["resid_post", layer - 1]
+
+    def _reader_name(self, layer: int, mlp_input: bool) -> str:
+        return "ln_final" if layer == self.model.cfg.n_layers else f"blocks.{layer}.{'ln2' if mlp_input else 'ln1'}"
 
     def _reader_norm(self, layer: int, mlp_input: bool) -> tuple[nn.Module, str]:
         """The norm that reads the residual stream at `layer` (ln_final at n_layers) and its scale hook."""
@@ -489,6 +535,8 @@ class CacheAnalysisMixin:
             labels.append("remainder")
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
+        if ln_folded and proj is None:
+            mark_normalized(stack, Normalized(self._reader_name(layer, mlp_input)))
         return (stack, labels) if return_labels else stack
 
     # -- norms and logits ----------------------------------------------------------------
@@ -511,6 +559,10 @@ class CacheAnalysisMixin:
         `recompute_ln` at the final layer instead applies `ln_final` to each component alone
         (the logit lens). Models without norms get the stack back unchanged.
 
+        The stack's axes between component and `d_model` must be the cached scale's after
+        `pos_slice` and `batch_slice` (e.g. `pos_slice=-1` for a stack of the last
+        position); a stack that was scaled already (`apply_ln=True`) is refused.
+
         Args:
             residual_stack: components `[component, batch, pos, d_model]`.
             layer: whose reader norm: `ln1` of `layer`, or `ln_final` for None/-1/n_layers.
@@ -526,15 +578,31 @@ class CacheAnalysisMixin:
         layer = self._final_layer(layer)
         norm, _ = self._reader_norm(layer, mlp_input)
         pos_slice, batch_slice = Slice.unwrap(pos_slice), Slice.unwrap(batch_slice)
+        done = normalized_by(residual_stack)
+        if done is not None and not isinstance(norm, nn.Identity):
+            raise InputError(
+                f"apply_ln: this stack was already scaled by {done.reader} (built with apply_ln=True); scaling it "
+                f"again by {self._reader_name(layer, mlp_input)} would divide it twice: pass the stack built with "
+                "apply_ln=False, or use this one as it is"
+            )
         if has_batch_dim:
             residual_stack = batch_slice.apply(residual_stack, dim=1)
         if isinstance(norm, nn.Identity):  # (TransformerLens skips the batch slice here; we apply it always)
             return residual_stack
-        if recompute_ln and layer == self.model.cfg.n_layers:
-            return torch.stack([norm(component) for component in residual_stack], dim=0)  # [component, *bp, d]
+        how = Normalized(self._reader_name(layer, mlp_input), recomputed=recompute_ln and layer == self.model.cfg.n_layers)
+        if how.recomputed:
+            return mark_normalized(torch.stack([norm(c) for c in residual_stack], dim=0), how)  # [component, *bp, d]
+        scale = self._cached_scale(layer, mlp_input, pos_slice, batch_slice)  # [*bp, 1]
+        if tuple(residual_stack.shape[1:-1]) != tuple(scale.shape[:-1]):
+            raise InputError(
+                f"apply_ln: the stack {tuple(residual_stack.shape)} has batch/position axes "
+                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with pos_slice={_shown(pos_slice)} "
+                f"and batch_slice={_shown(batch_slice)} has {tuple(scale.shape[:-1])}: pass the pos_slice (and "
+                "batch_slice) the stack was built with, e.g. pos_slice=-1 for a stack of the last position"
+            )
         if isinstance(norm, LayerNormPre):
             residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
-        return residual_stack / self._cached_scale(layer, mlp_input, pos_slice, batch_slice)
+        return mark_normalized(residual_stack / scale, how)
 
     def logit_attrs(
         self,
@@ -553,6 +621,13 @@ class CacheAnalysisMixin:
         leaves it out). Summed over a full decomposition this is the logit (difference)
         without `b_U` (and without an unfolded final LayerNorm's bias).
 
+        A stack already scaled by the final norm (`apply_ln=True` at the last layer) is used
+        as it is, not scaled twice (the logit lens's `accumulated_resid(apply_ln=True)`, which
+        went through all of `ln_final`, gives each layer's logit-lens difference without
+        `b_U`); one scaled by another layer's norm is refused. The
+        tokens' shape must be the stack's batch/position axes, their batch axis alone (one
+        token per sequence, for every position), or a single token.
+
         Args:
             residual_stack: components `[component, batch, pos, d_model]` (from `decompose_resid`,
                 `stack_head_results`, ...), not yet scaled by the final norm.
@@ -565,6 +640,12 @@ class CacheAnalysisMixin:
         Returns:
             `[component, batch, pos]` contributions (without the axes sliced away).
         """
+        done = normalized_by(residual_stack)
+        if done is not None and done.reader != "ln_final":
+            raise InputError(
+                f"logit_attrs: this stack was scaled by {done.reader} (apply_ln=True at that layer), but logit "
+                "attribution scales by ln_final: build the stack with layer=-1, or with apply_ln=False"
+            )
         directions = self._token_directions(tokens)
         if incorrect_tokens is not None:
             wrong = self._token_directions(incorrect_tokens)
@@ -575,11 +656,15 @@ class CacheAnalysisMixin:
                 )
             directions = directions - wrong
         gain = getattr(getattr(self.model, "ln_final", None), "w", None)
-        if gain is not None:
+        if gain is not None and not (done is not None and done.recomputed):  # (a recomputed ln_final applied it)
             directions = directions * gain.to(directions.dtype)  # [..., d_model]
-        scaled = self.apply_ln_to_stack(
-            residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
-        )
+        if done is None:
+            scaled = self.apply_ln_to_stack(
+                residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
+            )
+        else:
+            scaled = Slice.unwrap(batch_slice).apply(residual_stack, dim=1) if has_batch_dim else residual_stack
+        _check_token_axes(directions, scaled)
         per_example = directions.ndim == 2 and scaled.ndim == 4 and directions.shape[0] == scaled.shape[1]
         if has_batch_dim and Slice.unwrap(batch_slice).mode != "int" and per_example:
             directions = directions[:, None]  # [batch, 1, d_model]: one direction per example, all positions
@@ -706,6 +791,25 @@ class CacheAnalysisMixin:
         parts.append(finish(bias))
         labels.append("bias")
         stack = torch.cat(parts, dim=0)
+        if apply_ln and proj is None and len(parts) and normalized_by(parts[0]) is not None:
+            mark_normalized(stack, normalized_by(parts[0]))
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         return (stack, labels) if return_labels else stack
+
+
+def _check_token_axes(directions: torch.Tensor, scaled: torch.Tensor) -> None:
+    """Token directions `[*tokens, d_model]` must fit a stack `[component, *batch_and_pos, d_model]` without
+    broadcasting the stack: the same axes, the batch axis alone, or a single token."""
+    tokens, axes = tuple(directions.shape[:-1]), tuple(scaled.shape[1:-1])
+    if tokens in ((), axes) or (len(tokens) == 1 and len(axes) == 2 and tokens[0] == axes[0]):
+        return
+    raise InputError(
+        f"logit_attrs: tokens of shape {tokens} do not fit the stack {tuple(scaled.shape)} (batch/position axes "
+        f"{axes}): pass one token per batch/position entry of the stack, one per sequence, or a single token; "
+        "for a stack of one position, slice it with pos_slice (e.g. pos_slice=-1)"
+    )
+
+
+def _shown(sl: Slice) -> str:
+    return "None" if sl.mode == "empty" else repr(sl.slice)

@@ -20,8 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="top predictions, logit lens, attention and logit attribution for a prompt")
     p.add_argument("prompt")
-    p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
+    from hooked.loading.bundled import bundled_names
+
+    p.add_argument(
+        "--model", default="smollm2-135m",
+        help=f"bundled name, local checkpoint directory or .gguf file (bundled: {bundled_names()})".replace("%", "%%"),
+    )  # fmt: skip
     p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--answer", default=None, help="token whose logit is attributed (default: the top prediction)")
+    p.add_argument("--wrong", default=None, help="attribute the logit difference answer - wrong")
+    p.add_argument("--layer", type=int, default=None, help="layer of the attention view in --html (default: the "
+                   "layer of the head attending most sharply from the last token)")  # fmt: skip
     p.add_argument("--device", default=None)
     p.add_argument("--html", default=None, metavar="PATH", help="also write interactive views of the prompt to PATH")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
@@ -50,11 +59,12 @@ def _inspect(args) -> int:
     if args.top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {args.top_k}")
     model = HookedTransformer.from_pretrained(args.model, device=args.device)
-    sys.stdout.write(format_report(inspect_prompt(model, args.prompt, args.top_k)) + "\n")
+    report = inspect_prompt(model, args.prompt, args.top_k, answer=args.answer, wrong=args.wrong)
+    sys.stdout.write(format_report(report) + "\n")
     if args.html:
         from hooked.viz.report import prompt_views
 
-        path = prompt_views(model, args.prompt).save(args.html)
+        path = prompt_views(model, args.prompt, layer=args.layer, answer=args.answer, wrong=args.wrong).save(args.html)
         sys.stdout.write(f"\nInteractive views written to {path}\n")
     return 0
 

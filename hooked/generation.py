@@ -346,7 +346,10 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
     try:
         with model.hooks(hooks):
             for step in range(opts.max_new_tokens):
-                with torch.inference_mode(), _name_decode_hook_errors(step, kv_cache is not None):
+                step_scope = getattr(model, "generate_step", None)  # a pipeline: the ranks check in once per step
+                with torch.inference_mode(), _name_decode_hook_errors(step, kv_cache is not None), (
+                    step_scope(step) if step_scope is not None else contextlib.nullcontext()
+                ):
                     logits = _forward_step(model, progress, step, kv_cache)
                     next_tokens = _next_tokens(logits, progress, opts)
                     if hasattr(model, "agree_on_tokens"):  # a pipeline: the last stage's choice, on every rank

@@ -168,7 +168,26 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
 
         Weights are converted without instantiating the HF model (unless `hf_model` is
         given), then processed as TransformerLens does by default (docs/numerics.md,
-        "Weight processing"): the predictions are unchanged, the weights easier to read.
+        "Weight processing"): the predictions are unchanged, the weights easier to read. `n_devices=N` splits the
+        blocks evenly over N GPUs; `device_map` ("auto" or `{part: device}`), `max_memory`
+        and `offload_folder` have HF's meaning (CPU and disk offload included): each part is
+        then loaded straight to its device or offload file (see hooked/scale/dispatch.py). Under
+        `torchrun`, `pipeline=True` (with `micro_batches=`, `timeout_s=`, 300 s by default)
+        gives each rank one stage of blocks and reads only that stage's tensors
+        (`hooked/scale/pipeline.py`).
+
+        Bundled models load offline and are named for what they are: `"smollm2-135m"` (or
+        `"SmolLM2-135M-Instruct"`) is SmolLM2-135M-Instruct; the base `"SmolLM2-135M"` is not
+        bundled and is looked up in the HF cache like any hub id.
+
+        `max_memory` budgets the weights each device keeps: the parameters and buffers of the
+        parts placed there (`{"cpu": "200MB"}` keeps about 190 MiB of weights in RAM and writes
+        the rest to `offload_folder`). The peak memory is higher by what the budget does not
+        count: the tokenizer (about 110 MiB resident for SmolLM2's), and the part being
+        converted, which is read, converted and processed in memory before it is placed; the
+        largest is the embedding with the unembedding (two 108 MiB matrices for SmolLM2-135M,
+        which `fold_ln` unties). Measured on SmolLM2-135M with `{"cpu": "200MB"}`: 189 MiB of
+        weights kept, a peak of about 410 MiB above the imports, 286 MiB once loaded.
 
         Args:
             model_name: a bundled name ("smollm2-135m", "gemma-3-270m"), a TransformerLens

@@ -22,6 +22,8 @@ class Report:
     logit_lens: list[tuple[str, int, float]]  # (layer label, rank of the final prediction, its probability)
     top_heads: list[tuple[str, float, str]]  # (head label, weight, attended token)
     attributions: list[tuple[str, float]]  # (component label, direct logit contribution)
+    answer: str = ""  # the token whose logit is attributed (default: the top prediction)
+    wrong: str | None = None  # minus this token's logit, when given
 
 
 def final_norm(model, resid: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
@@ -62,8 +64,11 @@ def top_heads(
     return [(f"L{int(i) // H}H{int(i) % H}", float(best.flatten()[i]), str_tokens[int(where.flatten()[i])]) for i in order]
 
 
-def direct_logit_attribution(model, cache, pos: int, target: int, k: int = 8) -> list[tuple[str, float]]:
-    """Each component's output at `pos`, through the final norm's cached scale, dotted with W_U[:, target]."""
+def direct_logit_attribution(
+    model, cache, pos: int, target: int, k: int = 8, wrong: int | None = None
+) -> list[tuple[str, float]]:
+    """Each component's output at `pos`, through the final norm's cached scale, dotted with W_U[:, target]
+    (minus W_U[:, wrong]: the logit difference)."""
     parts = [("embed", cache["hook_embed"][0, pos])]
     if "hook_pos_embed" in cache:
         parts.append(("pos_embed", cache["hook_pos_embed"][0, pos]))
@@ -78,16 +83,19 @@ def direct_logit_attribution(model, cache, pos: int, target: int, k: int = 8) ->
         stack = stack / cache["ln_final.hook_scale"][0, pos]
         if hasattr(model.ln_final, "w"):
             stack = stack * model.ln_final.w
-    contributions = stack @ model.W_U[:, target]  # [component]
+    direction = model.W_U[:, target] if wrong is None else model.W_U[:, target] - model.W_U[:, wrong]  # [d_model]
+    contributions = stack @ direction  # [component]
     order = contributions.abs().argsort(descending=True)[:k]
     return [(parts[int(i)][0], float(contributions[i])) for i in order]
 
 
 @torch.inference_mode()
-def inspect_prompt(model, prompt: str, top_k: int = 10) -> Report:
+def inspect_prompt(model, prompt: str, top_k: int = 10, answer: str | None = None, wrong: str | None = None) -> Report:
     """Run `prompt` once with a full cache and assemble the report for its last position.
 
-    A prompt longer than the model's context raises `InputError` (it is never truncated).
+    The logit lens and the attribution follow `answer` (default: the top prediction); with
+    `wrong` the attribution is of the logit difference `answer - wrong`. A prompt longer
+    than the model's context raises `InputError` (it is never truncated).
     """
     tokens = model.to_tokens(prompt, truncate=False)
     if tokens.shape[1] > model.cfg.n_ctx:
@@ -99,25 +107,29 @@ def inspect_prompt(model, prompt: str, top_k: int = 10) -> Report:
     str_tokens = model.to_str_tokens(prompt)
     probs = logits[0, -1].float().softmax(-1)
     top = probs.topk(top_k)
-    target = int(top.indices[0])
+    target = int(top.indices[0]) if answer is None else model.to_single_token(answer)
+    wrong_id = None if wrong is None else model.to_single_token(wrong)
     return Report(
         prompt=prompt,
         str_tokens=str_tokens,
         top_tokens=[(model.to_single_str_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
         logit_lens=logit_lens(model, cache, -1, target),
         top_heads=top_heads(model, cache, -1, str_tokens),
-        attributions=direct_logit_attribution(model, cache, -1, target),
+        attributions=direct_logit_attribution(model, cache, -1, target, wrong=wrong_id),
+        answer=model.to_single_str_token(target),
+        wrong=None if wrong_id is None else model.to_single_str_token(wrong_id),
     )
 
 
 def format_report(r: Report) -> str:
     lines = [f"Prompt: {r.prompt!r}", f"Tokens: {r.str_tokens}", "", "Top next tokens:"]
     lines += [f"  {p:7.2%}  {tok!r}" for tok, p in r.top_tokens]
-    target = r.top_tokens[0][0]
+    target = r.answer or r.top_tokens[0][0]
     lines += ["", f"Logit lens: rank and probability of {target!r} read off each layer's residual stream"]
     lines += [f"  {label:>14s}  rank {rank:6d}  p={p:7.2%}" for label, rank, p in r.logit_lens]
     lines += ["", "Heads attending most sharply from the final position (first token excluded):"]
     lines += [f"  {label:>7s}  {w:6.1%} on {tok!r}" for label, w, tok in r.top_heads]
-    lines += ["", f"Top direct contributions to the logit of {target!r}:"]
+    what = f"the logit of {target!r}" + ("" if r.wrong is None else f" minus the logit of {r.wrong!r}")
+    lines += ["", f"Top direct contributions to {what}:"]
     lines += [f"  {label:>10s}  {c:+8.3f}" for label, c in r.attributions]
     return "\n".join(lines)

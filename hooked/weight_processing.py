@@ -470,8 +470,8 @@ def convert_norms_to_pre(model) -> None:
 
 
 def _log_untie(step: str, was_tied: bool, sd: StateDict) -> None:
-    if was_tied and not embeddings_tied(sd):
-        logger.info(
+    if was_tied and not embeddings_tied(sd):  # expected after fold_ln on a tied model: not a warning
+        logger.debug(
             "%s wrote %s: unembed.W_U now has its own tensor (it was a view of embed.W_E); the embeddings are untied",
             step,
             "unembed.W_U" if step in ("fold_ln", "center_unembed") else "embed.W_E",

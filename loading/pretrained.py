@@ -59,7 +59,34 @@ def _local_directory(model_name: str, **hf_kwargs) -> Path:
         return bundled.gguf_checkpoint_dir(gguf.find_gguf_file(path))
     if path.is_dir():
         return path
-    return hub_checkpoint_dir(get_official_model_name(model_name), **hf_kwargs)  # a TL name or a hub repo id
+    try:
+        return hub_checkpoint_dir(get_official_model_name(model_name), **hf_kwargs)  # a TL name or a hub repo id
+    except FileNotFoundError as e:
+        raise _not_found(model_name, e) from e
+
+
+def _not_found(model_name: str, error: FileNotFoundError) -> FileNotFoundError:
+    """The hub lookup's error, naming what is available offline (and the bundled fine-tune of a base name)."""
+    from hooked.loading import bundled
+
+    key = bundled.base_model_of(model_name)
+    if key is None:
+        return FileNotFoundError(f"{error} Bundled models (available offline): {bundled.bundled_names()}")
+    tuned = bundled.BUNDLED_MODELS[key]
+    return FileNotFoundError(
+        f"{model_name!r} names the base model {tuned.base_names[0]}, which is not bundled and was not found offline "
+        f"(no local directory, not in the HF cache). The bundled model is {tuned.name}, the instruction-tuned one: "
+        f"load it as from_pretrained({tuned.name!r}) (or {key!r}), or put the base model's checkpoint in the HF cache."
+    )
+
+
+def describe_source(model_name: str) -> str:
+    """`model_name`, with what it is when it names a bundled model: `smollm2-135m (SmolLM2-135M-Instruct, bundled)`."""
+    from hooked.loading import bundled
+
+    if bundled.resolve_bundled_name(model_name) is None:
+        return model_name
+    return f"{model_name} ({bundled.display_name(model_name)}, bundled)"
 
 
 def hf_architecture(hf_config, hf_model=None) -> str:
@@ -74,8 +101,10 @@ def hf_architecture(hf_config, hf_model=None) -> str:
 def build_config(hf_config, arch_name: str, model_name: str, **overrides):
     from hooked.config import HookedTransformerConfig
 
+    from hooked.loading.bundled import display_name
+
     fields = get_architecture(arch_name).config(hf_config)
-    fields.update(model_name=model_name, init_weights=False)
+    fields.update(model_name=display_name(model_name), init_weights=False)  # a bundled model: what it is
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return HookedTransformerConfig.from_dict(fields)
 
@@ -128,7 +157,7 @@ def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
     )
     if kw.pop("move_to_device"):
         model.to(cfg.device)
-    logger.info("Loaded pretrained model %s into HookedTransformer", model_name)
+    logger.info("Loaded %s into HookedTransformer", describe_source(model_name))
     return model
 
 
@@ -152,7 +181,7 @@ def _load_placed(cls, cfg, source: Source, arch_name: str, tokenizer, kw: dict, 
         n_devices=cfg.n_devices,
         **placement,
     )
-    logger.info("Loaded pretrained model %s over %s", cfg.model_name, sorted(set(model.hf_device_map.values())))
+    logger.info("Loaded %s over %s", describe_source(cfg.model_name), sorted(set(model.hf_device_map.values())))
     return model
 
 

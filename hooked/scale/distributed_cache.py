@@ -12,7 +12,7 @@ from typing import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from hooked.scale.collectives import broadcast_tensor
+from hooked.scale.collectives import broadcast_tensor, check_in
 
 
 class DistributedCacheDict(Mapping):
@@ -25,7 +25,8 @@ class DistributedCacheDict(Mapping):
     def __init__(self, local: dict[str, torch.Tensor], model):
         self.local, self.device, self.rank = local, model.device, model.rank
         names = [None] * model.stage.world_size
-        dist.all_gather_object(names, list(local))
+        with check_in("collecting the names of cached activations", model.device):
+            dist.all_gather_object(names, list(local))
         self.owner: dict[str, int] = {}
         for rank, held in enumerate(names):
             for name in held:
@@ -38,7 +39,8 @@ class DistributedCacheDict(Mapping):
         owner = self.owner[name]
         if name not in self.fetched:  # the same on every rank: the first read of a name is the collective
             local = self.local[name] if self.rank == owner else None
-            shared = broadcast_tensor(local, owner, self.device)
+            with check_in(f"reading cache[{name!r}]", self.device):
+                shared = broadcast_tensor(local, owner, self.device)
             self.fetched[name] = local if self.rank == owner else shared
         return self.fetched[name]
 

@@ -14,11 +14,20 @@ does not own stay on the `meta` device. A forward call goes:
    the same tensor on every rank.
 
 Hooks run on the rank that owns their hook point (with micro-batching, once per slice).
+
+Every rank must make the same pipelined calls in the same order: a forward, a cache read
+(`cache[name]` broadcasts from the rank that holds it), a weight view, a generate step and
+a backward are each a collective. Each starts with a check-in (collectives.py): ranks that
+called different operations fail at once, every rank naming both; a rank that never
+arrives is reported after `timeout_s` (300 s by default).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -33,12 +42,14 @@ from hooked.scale.collectives import (
     agree,
     broadcast_object,
     broadcast_tensor,
+    check_in,
     describe,
     init_group,
     recv_tensor,
+    secondary,
     send_tensor,
 )
-from hooked.scale.pipeline_grad import GradMailbox, RecvGradFromNext, SendGradBack
+from hooked.scale.pipeline_grad import CheckInBackward, GradMailbox, RecvGradFromNext, SendGradBack
 from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
 from hooked.scale.stage_loading import Stage, owner_of
 from hooked.scale.stage_model import load_stage
@@ -49,15 +60,23 @@ logger = logging.getLogger(__name__)
 
 
 def from_pretrained_pipeline(
-    model_name: str, *, micro_batches: int = 1, timeout_s: float = 300.0, pipeline: bool = True, **kwargs
+    model_name: str, *, micro_batches: int = 1, timeout_s: float | None = None, pipeline: bool = True, **kwargs
 ) -> PipelineTransformer:
     """`HookedTransformer.from_pretrained(model_name, pipeline=True, ...)` under torchrun.
 
     Starts the process group if needed (gloo on CPU, NCCL on GPU, every collective
-    bounded by `timeout_s`), gives this rank its stage, and reads from the checkpoint
-    only that stage's tensors. Ranks that opened different checkpoints fail at once.
+    bounded by `timeout_s`, 300 s by default: a rank that stops answering, or calls
+    nothing, is reported after that long; pass e.g. `timeout_s=30` for interactive work),
+    gives this rank its stage, and reads from the checkpoint only that stage's tensors.
+    Ranks that opened different checkpoints fail at once. `micro_batches` is the default
+    number of slices a forward cuts the batch into (see `PipelineTransformer.forward`).
     """
     rank, world_size, device = init_group(timeout_s)
+    with check_in("in from_pretrained(pipeline=True)", device):
+        return _load_pipeline(model_name, rank, world_size, device, micro_batches, **kwargs)
+
+
+def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_batches: int, /, **kwargs):
     model, error = None, None
     try:
         model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
@@ -75,9 +94,25 @@ def from_pretrained_pipeline(
         groups = {fp: [r for r, f in enumerate(fingerprints) if f == fp] for fp in fingerprints}
         raise PipelineError(
             f"the ranks loaded different checkpoints (ranks grouped by checkpoint: {list(groups.values())}): "
-            f"give every rank the same files and revision of {model_name!r}"
+            f"give every rank the same files and revision of {model_name!r}",
+            secondary=rank != 0,  # the same message on every rank: rank 0's traceback is enough
         )
     return model
+
+
+def _checked_in(what):
+    """Decorate a collective method: every rank checks in with `what` (a string, or a function of the call's
+    arguments) before it runs, so ranks that called different operations fail at once (collectives.check_in)."""
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            with check_in(what if isinstance(what, str) else what(*args, **kwargs), self.device):
+                return method(self, *args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 class PipelineTransformer(HookedTransformer):
@@ -99,6 +134,7 @@ class PipelineTransformer(HookedTransformer):
         return self.stage.rank
 
     # -- forward ---------------------------------------------------------------------------
+    @_checked_in("in forward()")
     def forward(
         self,
         input,
@@ -119,8 +155,10 @@ class PipelineTransformer(HookedTransformer):
     ):
         """As `HookedTransformer.forward`, pipelined; a collective: every rank must call it.
 
-        `micro_batches` (default `self.micro_batches`) cuts the batch into that many slices;
-        with a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
+        `micro_batches` cuts the batch into that many slices. Left out, the model's default
+        (`from_pretrained(..., micro_batches=M)`) is used, capped at the batch size: a batch
+        of 2 on a model loaded with `micro_batches=4` runs as 2 slices of one row. Passed
+        explicitly, it must not exceed the batch. With a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
         the stages after that layer stay idle and its owner broadcasts the residual; with
         `start_at_layer` rank 0 sends the residual to the owner of that block and the stages
         before it stay idle (gradients then stay on each rank: nothing is sent back).
@@ -135,8 +173,9 @@ class PipelineTransformer(HookedTransformer):
         if past_kv_cache is not None:
             self._release_other_stages_kv(past_kv_cache)
         residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start, tokens)
-        n_micro = 1 if past_kv_cache is not None else (micro_batches or self.micro_batches)
-        slices = _micro_slices(residual_batch(state), n_micro)
+        batch = residual_batch(state)
+        n_micro = 1 if past_kv_cache is not None else (micro_batches or min(self.micro_batches, batch))
+        slices = _micro_slices(batch, n_micro)
         track = torch.is_grad_enabled() and stop is None and start is None  # gradients cross ranks
         end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
         start_rank = 0 if start is None else self._owner_of_block(start)
@@ -158,9 +197,15 @@ class PipelineTransformer(HookedTransformer):
         result = self._share_result(result, return_type)
         if track and not self.stage.is_last and stage_outs and all(out.requires_grad for out in stage_outs):
             if return_type == "both":
-                return Output(result.logits, self._tie_to_stage(result.loss, stage_outs))
+                return Output(result.logits, self._check_in_backward(self._tie_to_stage(result.loss, stage_outs)))
             result = self._tie_to_stage(result, stage_outs) if result is not None else None
-        return result
+        elif track and self.stage.is_last and return_type == "both":
+            return Output(result.logits, self._check_in_backward(result.loss))
+        return self._check_in_backward(result) if track and isinstance(result, torch.Tensor) else result
+
+    def _check_in_backward(self, result: torch.Tensor) -> torch.Tensor:
+        """`result`, whose backward first checks in (every rank calls `backward()` on the same result)."""
+        return CheckInBackward.apply(result, self.device) if result.requires_grad else result
 
     def _tie_to_stage(self, result: torch.Tensor, stage_outs: list[torch.Tensor]) -> torch.Tensor:
         return RecvGradFromNext.apply(result, self.rank + 1, self.device, *stage_outs)
@@ -189,8 +234,10 @@ class PipelineTransformer(HookedTransformer):
             except Exception as e:  # reported to every rank below
                 info, first_error = describe(0, e), e
         info = broadcast_object(info, 0)
+        if isinstance(info, str) and self.stage.is_first:
+            raise PipelineError(f"pipelined forward: {info}") from first_error
         if isinstance(info, str):
-            raise PipelineError(f"pipelined forward: {info}") from (first_error if self.stage.is_first else None)
+            raise secondary(f"pipelined forward: {info}", [0]) from None
         if not self.stage.is_first or start is not None:  # (rank 0's embedding built its state already)
             mask = None if info["mask"] is None else info["mask"].to(self.device)
             self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
@@ -306,11 +353,19 @@ class PipelineTransformer(HookedTransformer):
         """Collective: each activation stays on its owner; reading one broadcasts it."""
         return DistributedCacheDict(local, self)
 
+    @contextlib.contextmanager
+    def generate_step(self, step: int) -> Iterator[None]:
+        """Collective: step `step` of `generate` checks in once (its forward and token choice run inside)."""
+        with check_in(f"in generate() step {step}", self.device):
+            yield
+
+    @_checked_in("in generate(), sharing the sampled tokens")
     def agree_on_tokens(self, next_tokens: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
         """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
         return broadcast_tensor(next_tokens, self.stage.world_size - 1, self.device)
 
     # -- caches ------------------------------------------------------------------------------
+    @_checked_in("in run_with_cache()")
     def run_with_cache(
         self,
         *model_args,
@@ -348,19 +403,21 @@ class PipelineTransformer(HookedTransformer):
     # -- weights of other stages ---------------------------------------------------------------
     def _from_rank(self, owner: int, read, what: str) -> torch.Tensor:
         """Collective: `read()` on rank `owner`, broadcast to every rank."""
-        value, error = None, None
-        if self.rank == owner:
-            try:
-                value = read()
-            except Exception as e:  # reported to every rank
-                error = e
-        agree(error, what)
-        return broadcast_tensor(value, owner, self.device)
+        with check_in(f"reading weight {what}", self.device):
+            value, error = None, None
+            if self.rank == owner:
+                try:
+                    value = read()
+                except Exception as e:  # reported to every rank
+                    error = e
+            agree(error, what)
+            return broadcast_tensor(value, owner, self.device)
 
     def block_weight(self, layer: int, name: str) -> torch.Tensor:
         """Collective: `blocks[layer].<name>` from the rank running that block (weight views, cache methods)."""
         owner = self._owner_of_block(layer)
-        return self._from_rank(owner, lambda: super(PipelineTransformer, self).block_weight(layer, name), name)
+        read = lambda: super(PipelineTransformer, self).block_weight(layer, name)  # noqa: E731
+        return self._from_rank(owner, read, f"blocks.{layer}.{name}")
 
     def part_weight(self, part: str, name: str) -> torch.Tensor:
         """Collective: the embedding's weights from rank 0, the unembedding's from the last rank."""

@@ -14,7 +14,26 @@ from __future__ import annotations
 
 import torch
 
-from hooked.scale.collectives import PipelineError, recv_tensor, send_tensor
+from hooked.scale.collectives import PipelineError, check_in, recv_tensor, send_tensor
+
+
+class CheckInBackward(torch.autograd.Function):
+    """Identity forward on a pipelined result; its backward checks in before any gradient crosses ranks.
+
+    Every rank calls `backward()` on the same function of the same result, so this is the
+    first node each rank's backward reaches: a rank calling `backward()` while another does
+    something else fails at once, naming both.
+    """
+
+    @staticmethod
+    def forward(ctx, result: torch.Tensor, device: torch.device) -> torch.Tensor:
+        ctx.device = device
+        return result.view_as(result)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        with check_in("in backward()", ctx.device):
+            return grad, None
 
 
 class GradMailbox:

@@ -37,6 +37,16 @@ _CSS = """
 .hv .bar-track{position:relative;width:360px;height:12px;background:#f4f4f4}
 .hv .bar{position:absolute;top:0;height:12px}
 .hv .bar-val{padding-left:6px;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv p.desc{margin:2px 0 6px 0;max-width:900px;color:#333;line-height:1.35}
+.hv .grid th.rh{text-align:right;padding-right:4px;color:#777;font-style:italic}
+.hv .grid th.col.input{color:#777}
+.hv .grid th.col.target{font-weight:bold;color:#123}
+.hv .pgrid{display:grid;align-items:start}
+.hv .pgrid .keys{display:flex;align-self:end}
+.hv .pgrid .k{writing-mode:vertical-rl;transform:rotate(180deg);white-space:pre;overflow:hidden;max-height:90px;
+ text-align:left;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .pgrid .queries{display:flex;flex-direction:column;align-items:flex-end;padding-right:3px}
+.hv .pgrid .q{white-space:pre;overflow:hidden;max-width:110px;font-family:ui-monospace,Menlo,Consolas,monospace}
 """
 
 _JS = r"""
@@ -46,6 +56,7 @@ function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className
 function show(s){return s.replace(/\n/g,'\\n');}
 function blue(v){const a=Math.max(0,Math.min(1,v));return 'rgba(30,90,200,'+a.toFixed(3)+')';}
 function diverging(v,m){const a=m>0?Math.min(1,Math.abs(v)/m):0;return v>=0?'rgba(30,90,200,'+a.toFixed(3)+')':'rgba(210,50,40,'+a.toFixed(3)+')';}
+function pct(x){if(x===null||x===undefined)return 'n/a';const p=x*100;return (p>=9.5?p.toFixed(0):p.toFixed(1))+'%';}
 function fmt(v){if(v===null||v===undefined)return 'n/a';return Math.abs(v)>=1e-3||v===0?v.toFixed(4):v.toExponential(2);}
 function notes(sec,v){(v.notes||[]).forEach(n=>sec.appendChild(el('div','note',n)));}
 function tokenStrip(toks,colors,onHover,title){
@@ -59,7 +70,10 @@ const R={};
 R.attention=function(v,sec){
   // one canvas per head (a DOM cell per weight would freeze the page on long prompts)
   const info=el('div','info','hover a token: its row (what it attends to) and column (who attends to it) in every head');
-  const P=v.tokens.length, C=Math.max(4,Math.min(14,Math.floor(448/P))), heads=[];
+  const P=v.tokens.length, C=Math.max(4,Math.min(14,Math.floor(448/P))), F=Math.max(6,Math.min(11,C-3)), heads=[];
+  function labels(cls,axis){const box=el('div',axis);v.tokens.forEach(t=>{const s=el('span',cls,show(t));
+    s.style.fontSize=F+'px';s.style.lineHeight=C+'px';if(cls==='k')s.style.width=C+'px';else s.style.height=C+'px';
+    box.appendChild(s);});return box;}
   function draw(hd,sel){const ctx=hd.cv.getContext('2d');ctx.clearRect(0,0,hd.cv.width,hd.cv.height);
     ctx.drawImage(hd.base,0,0);hd.cv.dataset.highlight=sel===null?'':String(sel);
     if(sel===null)return;ctx.strokeStyle='#d33';ctx.lineWidth=2;
@@ -81,7 +95,10 @@ R.attention=function(v,sec){
     cv.addEventListener('mousemove',e=>{const r=cv.getBoundingClientRect();
       const q=Math.min(P-1,Math.floor((e.clientY-r.top)/C)),k=Math.min(P-1,Math.floor((e.clientX-r.left)/C));
       info.textContent=h+': '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+' '+fmt(v.patterns[hi][q][k]);});
-    box.appendChild(cv);sec.appendChild(box);
+    // rows: the query (attending) token; columns: the key (attended-to) token
+    const g=el('div','pgrid');g.style.gridTemplateColumns='auto '+(P*C)+'px';
+    g.appendChild(el('div',''));g.appendChild(labels('k','keys'));g.appendChild(labels('q','queries'));g.appendChild(cv);
+    box.appendChild(g);sec.appendChild(box);
   });
 };
 R.logit_lens=function(v,sec){
@@ -93,11 +110,13 @@ R.logit_lens=function(v,sec){
   sec.appendChild(strip);
   // built as one HTML string: thousands of cells through the DOM API take seconds
   const esc=t=>t.replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');
-  const rows=['<tr><th></th>'+v.tokens.map(t=>'<th class="col">'+esc(show(t))+'</th>').join('')+'</tr>'];
-  v.layers.forEach((lab,l)=>{const r=['<tr><th class="r">'+esc(lab)+'</th>'];
+  // two header rows: each column's input token, then its target (the token whose probability the column shows)
+  const rows=['<tr><th class="rh">input</th>'+v.tokens.map(t=>'<th class="col input">'+esc(show(t))+'</th>').join('')+'</tr>',
+    '<tr><th class="rh">target</th>'+v.targets.map(t=>'<th class="col target">'+esc(show(t))+'</th>').join('')+'</tr>'];
+  v.layers.forEach((lab,l)=>{const r=['<tr><th class="r" title="'+esc(v.layer_help[l])+'">'+esc(lab)+'</th>'];
     for(let p=0;p<P;p++){const x=v.values[l][p];
       const bg=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);
-      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+(rank?String(x):(x*100).toFixed(0))+'</td>');}
+      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+(rank?String(x):pct(x))+'</td>');}
     rows.push(r.join('')+'</tr>');});
   const tb=el('table','grid');tb.innerHTML=rows.join('');
   tb.querySelectorAll('td.c').forEach(td=>{cells.push(td);cols[+td.dataset.p].push(td);});
@@ -129,7 +148,8 @@ R.text=function(v,sec){
   sec.appendChild(strip);sec.appendChild(info);
 };
 data.views.forEach((v,n)=>{
-  const sec=el('section');sec.dataset.kind=v.kind;sec.dataset.index=n;sec.appendChild(el('h3','',v.title));notes(sec,v);
+  const sec=el('section');sec.dataset.kind=v.kind;sec.dataset.index=n;sec.appendChild(el('h3','',v.title));
+  if(v.description)sec.appendChild(el('p','desc',v.description));notes(sec,v);
   if(v.kind==='logit_lens'){const t=v.targets;v.target_label=p=>JSON.stringify(t[p]);}
   R[v.kind](v,sec);root.appendChild(sec);
 });

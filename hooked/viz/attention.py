@@ -67,6 +67,9 @@ def attention_patterns(
     data = {
         "kind": "attention",
         "title": f"Attention patterns, layer {layer}",
+        "description": "One grid per head: row = the query token (the one attending), column = the key token (the "
+        "one attended to); the darker the cell, the more weight. Each row sums to 1. Hover a token to frame its row "
+        "and column in every head.",
         "layer": layer,
         "heads": [f"L{layer}H{h}" for h in heads],
         "head_indices": heads,

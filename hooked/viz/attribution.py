@@ -75,9 +75,13 @@ def direct_logit_attribution(
         order = order[:max_bars]
     order = order[attrs[order].argsort(descending=True)]
     what = f"logit of {_label(model, answer_id)}" + ("" if wrong_id is None else f" minus {_label(model, wrong_id)}")
+    parts = "attention head" if per == "head" else "layer part (embeddings, each attention and MLP output)"
     data = {
         "kind": "bars",
         "title": f"Direct logit attribution per {per}: {what} at position {pos % n}",
+        "description": f"Each bar is what one {parts} writes into the residual stream at position {pos % n}, read "
+        f"directly by the unembedding through the final norm's cached scale: its share of the {what}. Blue pushes "
+        "towards the answer, red away; later layers can still change what earlier ones wrote.",
         "per": per,
         "pos": pos % n,
         "answer_id": answer_id,

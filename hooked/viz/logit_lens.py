@@ -55,6 +55,25 @@ def _decoder(model, ids: torch.Tensor):
     return lambda i: table[int(i)]
 
 
+def _layer_help(label: str) -> str:
+    """What a row of `accumulated_resid` is, in words (`3_pre`, `3_mid`, `final_post`)."""
+    if label == "final_post":
+        return "the residual stream after the last layer: the model's output"
+    layer, where = label.split("_")
+    return f"the residual stream entering layer {layer}" if where == "pre" else f"after layer {layer}'s attention, before its MLP"
+
+
+def _description(mode: str, default_target: bool) -> str:
+    cell = "the target's probability, in %" if mode == "prob" else "the target's rank among all tokens (0 = top)"
+    target = "the token the model finally predicts next there" if default_target else "the token asked for"
+    return (
+        "Each row reads the residual stream at one depth as if it were the last layer (through ln_final and the "
+        "unembedding): l_pre is the stream entering layer l, final_post the stream after the last layer (the "
+        f"model's output). Each column is a position: its input token, then its target ({target}). A cell is "
+        f"{cell} at that depth; hover a cell for the top token at that depth."
+    )
+
+
 @torch.inference_mode()
 def logit_lens(
     model,
@@ -107,7 +126,9 @@ def logit_lens(
         + (f"{decode(ids[0])!r}" if target is not None and ids.unique().numel() == 1 else "each position's target")
         + (" (the model's final prediction there)" if target is None else ""),
         "mode": mode,
+        "description": _description(mode, target is None),
         "layers": layers,
+        "layer_help": [_layer_help(label) for label in layers],
         "positions": list(range(keep.start, keep.stop)),
         "tokens": labels[keep],
         "target_ids": [int(i) for i in ids],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -190,7 +191,56 @@ def scenario_crash(out_dir: Path, model_dirs: list[str], rank: int) -> None:
     model.run_with_hooks(toks, fwd_hooks=[(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", die)])
 
 
+def scenario_mismatch(out_dir: Path, model_dirs: list[str], rank: int) -> None:
+    """The ranks call different pipelined operations; each must fail at once, naming both (not wait TIMEOUT_S)."""
+    model = HookedTransformer.from_pretrained(model_dirs[0], pipeline=True, timeout_s=TIMEOUT_S)
+    toks = prompt_tokens(model.cfg.d_vocab)
+    name = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    _, cache = model.run_with_cache(toks)
+    report = {}
+    start = time.perf_counter()
+    report["cache_vs_forward"] = _expect_pipeline_error(lambda: cache[name] if rank == 0 else model(toks))
+    report["cache_vs_forward_s"] = time.perf_counter() - start
+    report["after"] = model(toks)  # the group still works: every rank raised before any payload moved
+    report["cache_after"] = cache[name]
+
+    def backward_on_rank0_only():
+        if rank == 0:
+            model(toks, return_type="loss").backward()
+        else:
+            model(toks, return_type="loss")
+            model(toks)
+
+    report["backward_vs_forward"] = _expect_pipeline_error(backward_on_rank0_only)
+    model.zero_grad(set_to_none=True)
+    report["weight_vs_forward"] = _expect_pipeline_error(lambda: model.W_Q if rank == 1 else model(toks))
+
+    def greedy():
+        return model.generate(toks[:2, :5], max_new_tokens=3, do_sample=False, stop_at_eos=False, verbose=False)
+
+    report["generate_vs_forward"] = _expect_pipeline_error(lambda: greedy() if rank == 0 else model(toks))
+    report["generate_after"] = greedy()
+    four = HookedTransformer.from_pretrained(model_dirs[0], pipeline=True, timeout_s=TIMEOUT_S, micro_batches=4)
+    report["two_prompts_on_micro4"] = four(toks[:2])  # 2 slices, not an error
+    report["two_prompts"] = model(toks[:2])
+    torch.save(report, out_dir / f"mismatch_rank{rank}.pt")
+
+
+def scenario_uncaught(out_dir: Path, model_dirs: list[str], rank: int) -> None:
+    """A hook fails on the last rank and nobody catches the error: only that rank prints a traceback."""
+    model = HookedTransformer.from_pretrained(model_dirs[0], pipeline=True, timeout_s=TIMEOUT_S)
+    last_block = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+
+    def boom(x, hook):
+        raise ValueError("hook failed on purpose")
+
+    (out_dir / f"uncaught_started_rank{rank}").write_text("")
+    model.run_with_hooks(prompt_tokens(model.cfg.d_vocab), fwd_hooks=[(last_block, boom)])
+
+
 SCENARIOS = {
+    "mismatch": scenario_mismatch,
+    "uncaught": scenario_uncaught,
     "parity": scenario_parity,
     "faults": scenario_faults,
     "too_many_ranks": scenario_too_many_ranks,

@@ -73,3 +73,23 @@ def test_logit_attrs_sum_to_logit_difference(run):
     error = (attrs.sum(0) + bias - diff).abs().max().item()
     print(f"\nlogit_attrs sum vs logit difference: {error:.2e}; top component {labels[int(attrs[:, 0].argmax())]}")
     assert error <= ATOL
+
+
+def test_head_attribution_of_a_scaled_stack_is_not_scaled_twice(run):
+    """The TransformerLens idiom `stack_head_results(apply_ln=True)` then `logit_attrs`: the final norm applies once."""
+    from hooked.errors import InputError
+
+    model, _, _, cache = run
+    correct = torch.tensor([model.to_single_token(" Mary"), model.to_single_token(" Paris")])
+    wrong = torch.tensor([model.to_single_token(" John"), model.to_single_token(" London")])
+    with torch.no_grad():
+        normed = cache.stack_head_results(layer=-1, pos_slice=-1, apply_ln=True)  # [270 heads, batch, d_model]
+        attrs = cache.logit_attrs(normed, correct, wrong, pos_slice=-1)
+        want = cache.logit_attrs(cache.stack_head_results(layer=-1, pos_slice=-1), correct, wrong, pos_slice=-1)
+        full = cache.stack_head_results(layer=-1)  # [270, batch, pos, d_model]
+        with pytest.raises(InputError, match=r"batch/position axes \(2,\), but ln_final's cached scale"):
+            cache.logit_attrs(full[:, :, -1], tokens=correct, incorrect_tokens=wrong)
+    assert attrs.shape == (model.cfg.n_layers * model.cfg.n_heads, 2)
+    torch.testing.assert_close(attrs, want, atol=1e-5, rtol=0)
+    print(f"\ntop head attribution (Mary - John): {attrs[:, 0].max().item():.3f}")
+    assert attrs[:, 0].max() > 1.0  # scaled twice, the top head came out ~0.07

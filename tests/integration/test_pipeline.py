@@ -217,7 +217,49 @@ def test_faults_reach_every_rank_without_hanging(world2):
         assert report["micro"].startswith("InputError") and "micro_batches=2" in report["micro"]
         assert "different checkpoints" in report["fingerprint"] and "[[0], [1]]" in report["fingerprint"]
     torch.testing.assert_close(reports[0]["after"], reports[1]["after"], atol=0, rtol=0)
-    assert reports[0]["hook"] == reports[1]["hook"] and reports[0]["input"] == reports[1]["input"]
+    # the rank that failed has the traceback; the other one points at it
+    assert "traceback is in" not in reports[1]["hook"] and "(the traceback is in rank 1's output)" in reports[0]["hook"]
+    assert "traceback is in" not in reports[0]["input"] and "(the traceback is in rank 0's output)" in reports[1]["input"]
+
+
+@pytest.fixture(scope="module")
+def world2_mismatch(models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("world2_mismatch")
+    codes = launch(2, out, {"mismatch": [models["gpt2"]], "uncaught": [models["gpt2"]]})
+    assert all((out / f"uncaught_started_rank{r}").exists() for r in range(2)), _logs(out)
+    assert codes[0] != 0 and codes[1] != 0, _logs(out)
+    return out
+
+
+def test_ranks_in_different_operations_fail_at_once_naming_both(world2_mismatch):
+    """Rank 0 reads the cache while rank 1 runs the next forward: both fail in seconds, not the timeout."""
+    reports = [torch.load(world2_mismatch / f"mismatch_rank{r}.pt", weights_only=False) for r in range(2)]
+    for rank, report in enumerate(reports):
+        message = report["cache_vs_forward"]
+        assert message.startswith("rank 0 is reading cache['blocks.3.hook_resid_post'] (pipelined call #"), message
+        assert "while rank 1 is in forward() (pipelined call #" in message, message
+        assert "cache reads are collectives: call them on every rank in the same order" in message
+        assert report["cache_vs_forward_s"] < 5.0 < pipeline_worker.TIMEOUT_S, report["cache_vs_forward_s"]
+        assert "rank 0 is in backward()" in report["backward_vs_forward"], report["backward_vs_forward"]
+        assert "rank 1 is in forward()" in report["backward_vs_forward"]
+        assert "rank 0 is in forward()" in report["weight_vs_forward"], report["weight_vs_forward"]
+        assert "rank 1 is reading weight blocks.0.attn.W_Q" in report["weight_vs_forward"]
+        assert "same pipelined calls" in report["weight_vs_forward"]
+        generate = report["generate_vs_forward"]
+        assert generate.startswith("rank 0 is in generate() step 0 (pipelined call #") and "rank 1 is in forward()" in generate
+    for key in ("after", "cache_after", "two_prompts_on_micro4", "generate_after"):
+        torch.testing.assert_close(reports[0][key], reports[1][key], atol=0, rtol=0)
+    torch.testing.assert_close(reports[0]["two_prompts_on_micro4"], reports[0]["two_prompts"], atol=ATOL, rtol=0)
+
+
+def test_an_uncaught_failure_prints_one_traceback(world2_mismatch):
+    """The hook fails on rank 1: its log has the traceback, rank 0's a single line pointing at rank 1."""
+    logs = [(world2_mismatch / f"rank{r}.log").read_text() for r in range(2)]
+    assert "Traceback" in logs[1] and "ValueError: hook failed on purpose" in logs[1], logs[1]
+    assert "Traceback" not in logs[0], logs[0]
+    lines = [line for line in logs[0].splitlines() if "PipelineError" in line]
+    assert len(lines) == 1 and "rank 1 failed: ValueError: hook failed on purpose" in lines[0], logs[0]
+    assert "(the traceback is in rank 1's output)" in lines[0]
 
 
 def test_more_ranks_than_blocks_is_refused(world3):

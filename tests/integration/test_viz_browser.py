@@ -99,6 +99,15 @@ def test_attention_hover_follows_the_token(open_view, model, run):
     assert page.locator("section[data-kind=attention] .tok").all_inner_texts() == shown(str_tokens)
     assert page.locator("canvas.pattern").count() == 4 and "L1H2" in page.inner_text("section")
     n = len(str_tokens)
+    # every grid is labelled without hovering: key tokens along the top, query tokens down the side
+    assert page.locator(".pgrid .k").all_inner_texts() == shown(str_tokens) * 4
+    assert page.locator(".pgrid .q").all_inner_texts() == shown(str_tokens) * 4
+    canvas = page.locator("canvas.pattern >> nth=0").bounding_box()
+    rows = [page.locator(f".pgrid .q >> nth={i}").bounding_box() for i in (0, n - 1)]
+    cols = [page.locator(f".pgrid .k >> nth={i}").bounding_box() for i in (0, n - 1)]
+    assert abs(rows[0]["y"] - canvas["y"]) < 1 and abs(rows[1]["y"] + rows[1]["height"] - canvas["y"] - canvas["height"]) < 1
+    assert abs(cols[0]["x"] - canvas["x"]) < 1 and abs(cols[1]["x"] + cols[1]["width"] - canvas["x"] - canvas["width"]) < 1
+    assert "row = the query token" in page.inner_text("p.desc")
     cell = page.evaluate("() => document.querySelector('canvas.pattern').width") // n
     heads = "canvas.pattern >> nth=2"
     before = page.evaluate("() => Array.from(document.querySelectorAll('canvas.pattern')).map(c => c.toDataURL())")
@@ -124,8 +133,15 @@ def test_logit_lens_hover_shows_the_top_token(open_view, model, run):
     view = logit_lens(model, cache, target=" the")
     page, errors = open_view(view, "logit_lens")
     assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
-    assert page.locator("th.col").all_inner_texts() == shown(str_tokens)
+    assert page.locator("th.col.input").all_inner_texts() == shown(str_tokens)
+    assert page.locator("th.col.target").all_inner_texts() == shown([" the"] * len(str_tokens))
+    assert page.locator("th.rh").all_inner_texts() == ["input", "target"]
     assert page.locator("th.r").all_inner_texts() == ["0_pre", "1_pre", "final_post"]
+    assert page.get_attribute("th.r >> nth=0", "title") == "the residual stream entering layer 0"
+    cells = page.locator("td.c").all_inner_texts()
+    want = [f"{100 * p:.0f}%" if 100 * p >= 9.5 else f"{100 * p:.1f}%" for row in view.data["values"] for p in row]
+    assert cells == want
+    assert "l_pre is the stream entering layer l" in page.inner_text("p.desc")
     page.hover(".tok >> nth=3")
     lit = "els => els.filter(e => e.classList.contains('hl')).map(e => e.dataset.l + ',' + e.dataset.p)"
     column = page.eval_on_selector_all("td.c", lit)
@@ -192,6 +208,18 @@ def test_cli_report_page(open_view, tmp_path, capsys):
     assert kinds == ["logit_lens", "attention", "bars", "bars", "text"]
     labels = page.locator("section[data-kind=attention] .tok").all_inner_texts()
     assert "".join(labels).endswith(PROMPT) and len(labels) > 5
+    descriptions = page.locator("p.desc").all_inner_texts()
+    assert len(descriptions) == 4 and "is shown because its head" in descriptions[1]  # (the text view has none)
+    assert errors == []
+    # --answer/--wrong: the attribution is of a logit difference, in the text report and on the page
+    diff = tmp_path / "diff.html"
+    assert main(["inspect", PROMPT, "--model", str(ckpt), "--html", str(diff), "--answer", " the", "--wrong", "ver",
+                 "--layer", "0"]) == 0  # fmt: skip
+    assert "Top direct contributions to the logit of ' the' minus the logit of 'ver':" in capsys.readouterr().out
+    page, errors = open_view(diff, "report_diff")
+    titles = page.locator("section[data-kind=bars] h3").all_inner_texts()
+    assert len(titles) == 2 and all("logit of ' the' minus 'ver'" in t for t in titles), titles
+    assert page.inner_text("section[data-kind=attention] p.desc").startswith("Layer 0, as asked.")
     assert errors == []
 
 

@@ -44,7 +44,7 @@ def test_registry_entry():
     "name",
     [
         "smollm2-135m",
-        "SmolLM2-135M",
+        " smollm2-135m ",
         "SmolLM2-135M-Instruct",
         "smollm2-135m-instruct",
         "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -271,3 +271,23 @@ def test_read_conversion_marker(tmp_path):
     assert gguf.read_conversion_marker(tmp_path) is None
     (tmp_path / CONVERSION_MARKER).write_text('{"format_version": 1}')
     assert gguf.read_conversion_marker(tmp_path) == {"format_version": 1}
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M", "SMOLLM2-135M", "HuggingFaceTB/SmolLM2-135M", "smollm2-135m-base"])
+def test_a_base_model_name_never_resolves_to_the_instruct_model(name):
+    from hooked.loading.bundled import base_model_of, display_name
+
+    assert resolve_bundled_name(name) is None
+    assert base_model_of(name) == "smollm2-135m"
+    assert display_name(name) == name
+
+
+def test_bundled_models_are_named_for_what_they_are():
+    from hooked.loading.bundled import base_model_of, bundled_names, display_name
+
+    for name in ("smollm2-135m", "smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        assert display_name(name) == "SmolLM2-135M-Instruct"
+        assert base_model_of(name) is None
+    assert display_name("google/gemma-3-270m") == "gemma-3-270m"
+    listing = bundled_names()
+    assert listing.startswith("SmolLM2-135M-Instruct (also smollm2-135m, ") and "gemma-3-270m (also " in listing

@@ -56,3 +56,31 @@ def test_alias_and_hub_id_load_from_the_hf_cache_offline(hf_cache):
 def test_missing_hub_id_offline_names_it(hf_cache):
     with pytest.raises(FileNotFoundError, match="pythia-70m"):
         HookedTransformer.from_pretrained("pythia-70m")
+
+
+@pytest.mark.parametrize("name", ["SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M", "smollm2-135m-base"])
+def test_a_base_name_not_available_offline_says_the_bundled_one_is_instruct(hf_cache, name):
+    with pytest.raises(FileNotFoundError) as info:
+        HookedTransformer.from_pretrained(name)
+    message = str(info.value)
+    assert f"{name!r} names the base model SmolLM2-135M, which is not bundled and was not found offline" in message
+    assert "The bundled model is SmolLM2-135M-Instruct, the instruction-tuned one" in message
+    assert "from_pretrained('SmolLM2-135M-Instruct') (or 'smollm2-135m')" in message
+
+
+def test_a_name_not_found_offline_lists_the_bundled_models(hf_cache):
+    with pytest.raises(FileNotFoundError, match=r"'gpt2' is not a local checkpoint directory.*Bundled models "
+                       r"\(available offline\): SmolLM2-135M-Instruct \(also smollm2-135m, .*gemma-3-270m"):  # fmt: skip
+        HookedTransformer.from_pretrained("gpt2-small")
+
+
+def test_the_cli_lists_the_bundled_models(hf_cache, capsys):
+    from hooked.cli import main
+
+    assert main(["inspect", "hi", "--model", "gpt2-small"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("hooked: error: FileNotFoundError: 'gpt2' is not a local checkpoint directory"), err
+    assert "Bundled models (available offline): SmolLM2-135M-Instruct (also smollm2-135m" in err
+    with pytest.raises(SystemExit):
+        main(["inspect", "--help"])
+    assert "bundled: SmolLM2-135M-Instruct (also smollm2-135m" in " ".join(capsys.readouterr().out.split())

@@ -15,6 +15,7 @@ from hooked.viz import (
     embedded_data,
     logit_lens,
 )
+from hooked.inspection import top_heads
 from hooked.viz.report import prompt_views
 
 torch.set_num_threads(1)
@@ -201,3 +202,40 @@ def test_prompt_views_has_every_kind(model, run):
     log_probs = logits[0, :-1].log_softmax(-1).gather(-1, tokens[0, 1:, None])[:, 0]
     assert text["values"][0] is None
     torch.testing.assert_close(torch.tensor(text["values"][1:]), log_probs, **CLOSE)
+
+
+def test_the_views_say_what_they_show(model, run):
+    _, _, cache = run
+    lens = roundtrip(logit_lens(model, cache))
+    assert lens["layer_help"] == [
+        "the residual stream entering layer 0", "the residual stream entering layer 1",
+        "the residual stream after the last layer: the model's output",
+    ]  # fmt: skip
+    assert "l_pre is the stream entering layer l" in lens["description"] and "in %" in lens["description"]
+    assert "finally predicts next" in lens["description"]
+    assert "the token asked for" in roundtrip(logit_lens(model, cache, target=" Mary"))["description"]
+    assert "row = the query token" in roundtrip(attention_patterns(model, cache, 0))["description"]
+    bars = roundtrip(direct_logit_attribution(model, cache, " Mary", " John", per="head"))
+    assert "one attention head writes" in bars["description"] and "logit of ' Mary' minus ' John'" in bars["description"]
+
+
+def test_prompt_views_attribute_a_logit_difference_and_say_why_the_layer(model, run):
+    _, _, cache = run
+    _, attention, heads, layers, _ = embedded_data(prompt_views(model, PROMPT, answer=" Mary", wrong=" John").html)
+    mary, john = model.to_single_token(" Mary"), model.to_single_token(" John")
+    for bars, per in ((heads, "head"), (layers, "layer")):
+        assert (bars["answer_id"], bars["wrong_id"]) == (mary, john)
+        want = roundtrip(direct_logit_attribution(model, cache, " Mary", " John", per=per))
+        assert bars["labels"] == want["labels"] and bars["values"] == want["values"]
+        assert "' Mary' minus ' John'" in bars["title"]
+    head, weight, token = top_heads(model, cache, -1, model.to_str_tokens(PROMPT), k=1)[0]
+    assert attention["description"].startswith(
+        f"Layer {attention['layer']} is shown because its head {head} attends most sharply from the last token"
+    )
+    assert f"{weight:.0%} of its attention on {token!r}" in attention["description"]
+    asked = embedded_data(prompt_views(model, PROMPT, layer=0).html)[1]
+    assert asked["layer"] == 0 and asked["description"].startswith("Layer 0, as asked.")
+    with pytest.raises(InputError, match="answer and wrong are the same token"):
+        prompt_views(model, PROMPT, answer=" Mary", wrong=" Mary")
+    with pytest.raises(InputError, match=r"layer=5 is outside the model's layers \[0, 2\)"):
+        prompt_views(model, PROMPT, layer=5)
