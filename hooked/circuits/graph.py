@@ -138,13 +138,20 @@ class Graph:
 
     # -- choosing a circuit ------------------------------------------------------------
     def top_k(self, k: int, absolute: bool = True, prune: bool = True) -> Graph:
-        """Keep the `k` edges with the largest (absolute) scores, then (by default) `prune`."""
-        scores = self.scores.abs() if absolute else self.scores.clone()
-        scores = scores.masked_fill(~self.valid, float("-inf")).flatten()
-        keep = torch.zeros_like(scores, dtype=torch.bool)
-        keep[scores.topk(min(k, self.n_total_edges)).indices] = True
+        """Keep the `k` edges with the largest (absolute) scores, then (by default) `prune`.
+
+        Ties are broken by position (`edge_order`), so the top-`k` circuits are nested as `k` grows.
+        """
+        keep = torch.zeros(self.valid.numel(), dtype=torch.bool)
+        keep[self.edge_order(absolute)[:k]] = True
         self.in_graph = keep.view_as(self.valid)
         return self.prune() if prune else self
+
+    def edge_order(self, absolute: bool = True) -> torch.Tensor:
+        """Flat indices of the graph's edges, highest (absolute) score first, ties in index order."""
+        scores = self.scores.abs() if absolute else self.scores.clone()
+        scores = scores.masked_fill(~self.valid, float("-inf")).flatten()
+        return scores.argsort(descending=True, stable=True)[: self.n_total_edges]
 
     def threshold(self, t: float, absolute: bool = True, prune: bool = True) -> Graph:
         """Keep edges whose (absolute) score is at least `t`, then (by default) `prune`."""
