@@ -41,6 +41,7 @@ from hooked.errors import GraphMismatchError, InputError
 logger = logging.getLogger(__name__)
 FORMAT = "hooked.circuits.Graph"
 FORMAT_VERSION = 1
+IMAGE_SUFFIXES = (".svg", ".png", ".pdf", ".jpg", ".jpeg", ".html")
 #: the config fields that fix a graph's nodes and edges (`model_name` is recorded but only warned about)
 SHAPE_FIELDS = ("n_layers", "n_heads", "d_model", "attn_only", "parallel_attn_mlp", "heads_are_senders")
 
@@ -282,8 +283,19 @@ class Graph:
         return s, r
 
     # -- export ------------------------------------------------------------------------
-    def to_dot(self, path: str | None = None) -> str:
-        """The circuit as Graphviz dot: blue edges raise the metric, red ones lower it."""
+    def to_dot(self, path: str | Path | None = None) -> str:
+        """The circuit as Graphviz dot text: blue edges raise the metric, red ones lower it.
+
+        This writes text only. Drawing it needs Graphviz (`dot -Tsvg circuit.dot`), which is
+        optional and not installed with hooked; `hooked.viz.circuit_graph(graph)` draws the
+        circuit without it (an offline HTML page: `.save("circuit.html")`).
+        """
+        if path is not None and Path(path).suffix.lower() in IMAGE_SUFFIXES:
+            raise InputError(
+                f"to_dot writes Graphviz dot text, not an image ({path}): write circuit.dot and render it with "
+                "Graphviz (optional, not installed with hooked: dot -Tsvg circuit.dot -o circuit.svg), or draw it "
+                "without Graphviz: hooked.viz.circuit_graph(graph).save('circuit.html')"
+            )
         lines = ["digraph circuit {", "  rankdir=BT;", "  node [shape=box, fontsize=10];"]
         for s, r, score in self.edges():
             target = r.rsplit(".", 1)[0] if r.count(".") == 2 else r

@@ -161,3 +161,11 @@ def test_same_shape_other_name_loads_with_a_warning(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="hooked.circuits.graph"):
         loaded = Graph.load(path, other)
     assert torch.equal(loaded.scores, graph.scores) and "'another-model'" in caplog.text
+
+
+def test_to_dot_to_an_image_path_points_to_graphviz_and_the_view(tmp_path):
+    _, graph = scored_circuit()
+    with pytest.raises(InputError, match=r"Graphviz \(optional.*circuit_graph"):
+        graph.to_dot(tmp_path / "circuit.svg")
+    assert not (tmp_path / "circuit.svg").exists()
+    assert graph.to_dot(tmp_path / "circuit.dot") == (tmp_path / "circuit.dot").read_text()
