@@ -125,11 +125,17 @@ class Graph:
 
     def edges(self, in_graph_only: bool = True) -> list[tuple[str, str, float]]:
         """`(sender, receiver, score)` triples sorted by |score|, largest first."""
-        mask = self.in_graph if in_graph_only else self.valid
+        s_list, r_list, v_list, _ = self._edge_lists(in_graph_only)
+        return [(self.senders[s], self.receivers[r], v) for s, r, v in zip(s_list, r_list, v_list)]
+
+    def _edge_lists(self, in_graph_only: bool) -> tuple[list[int], list[int], list[float], list[bool]]:
+        """Sender and receiver indices, scores and in-circuit flags of the edges, largest |score| first."""
+        mask = self.in_graph & self.valid if in_graph_only else self.valid
         s_idx, r_idx = mask.nonzero(as_tuple=True)
         vals = self.scores[s_idx, r_idx]
-        order = vals.abs().argsort(descending=True)
-        return [(self.senders[s_idx[i]], self.receivers[r_idx[i]], float(vals[i])) for i in order.tolist()]
+        order = vals.abs().argsort(descending=True, stable=True)
+        s_idx, r_idx = s_idx[order], r_idx[order]
+        return s_idx.tolist(), r_idx.tolist(), vals[order].tolist(), self.in_graph[s_idx, r_idx].tolist()
 
     def copy(self) -> Graph:
         return Graph(
@@ -209,10 +215,10 @@ class Graph:
         score and `in_graph` flag, so the reloaded graph equals this one exactly (what `save` does).
         """
         edges = []
-        for s, r, score in self.edges(in_graph_only):
-            edge = {"from": s, "to": r, "score": score}
+        for s, r, score, flag in zip(*self._edge_lists(in_graph_only)):
+            edge = {"from": self.senders[s], "to": self.receivers[r], "score": score}
             if not in_graph_only:
-                edge["in_graph"] = bool(self.in_graph[self.sender_index[s], self.receiver_index[r]])
+                edge["in_graph"] = flag
             edges.append(edge)
         senders, receivers = self.circuit_nodes() if in_graph_only else (self.senders, self.receivers)
         data = {
@@ -260,11 +266,11 @@ class Graph:
         if model is not None:
             _check_shape(shape, model_shape(model.cfg))
         graph = cls._from_shape(shape)
+        edges = data["edges"]
+        s, r = graph._edge_indices([e["from"] for e in edges], [e["to"] for e in edges])
+        graph.scores[s, r] = torch.tensor([e["score"] for e in edges], dtype=torch.float64).to(graph.scores.dtype)
         graph.in_graph = torch.zeros_like(graph.valid)
-        for edge in data["edges"]:
-            s, r = graph._edge_index(edge["from"], edge["to"])
-            graph.scores[s, r] = edge["score"]
-            graph.in_graph[s, r] = edge.get("in_graph", True)
+        graph.in_graph[s, r] = torch.tensor([bool(e.get("in_graph", True)) for e in edges], dtype=torch.bool)
         if data["scores"] == "circuit" and graph.n_total_edges > len(data["edges"]):
             logger.warning(
                 "the graph file holds only the circuit's %d edges: the other %d edges' scores were not saved "
@@ -273,12 +279,17 @@ class Graph:
             )  # fmt: skip
         return graph
 
-    def _edge_index(self, sender: str, receiver: str) -> tuple[int, int]:
-        s, r = self.sender_index.get(sender), self.receiver_index.get(receiver)
-        if s is None or r is None or not self.valid[s, r]:
+    def _edge_indices(self, senders: list[str], receivers: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sender and receiver indices of named edges; every one must be an edge of this graph."""
+        s = torch.tensor([self.sender_index.get(name, -1) for name in senders], dtype=torch.long)
+        r = torch.tensor([self.receiver_index.get(name, -1) for name in receivers], dtype=torch.long)
+        ok = (s >= 0) & (r >= 0)
+        ok[ok.clone()] = self.valid[s[ok], r[ok]]
+        if not ok.all():
+            bad = int((~ok).nonzero()[0])
             raise GraphMismatchError(
-                f"the graph file names an edge {sender} -> {receiver} that its model's graph does not have: "
-                "the file is damaged or was edited"
+                f"the graph file names an edge {senders[bad]} -> {receivers[bad]} that its model's graph does not "
+                "have: the file is damaged or was edited"
             )
         return s, r
 
