@@ -3,18 +3,21 @@
 Candidates are the top-`k` circuits of the scores, pruned (`Graph.top_k`). They are nested,
 so a circuit's pruned size grows with `k`, and its faithfulness is one exact edge-patching
 forward. Were faithfulness monotone in `k`, bisection would find the smallest passing `k`
-exactly in about log2(n_edges) forwards. It need not be (adding an edge that lowers the
+exactly in about 2 log2(k) forwards. It need not be (adding an edge that lowers the
 metric can drop it below the target), so the search
 
-1. bisects `k` between the empty circuit (faithfulness 0) and the full graph (1) to a
-   boundary: a passing circuit whose next smaller circuit fails;
+1. doubles `k` from 1 until a circuit passes (circuits are usually small, and a top-`k`
+   that prunes to nothing costs no forward), then bisects between the last failing and the
+   first passing `k` to a boundary: a passing circuit whose next smaller circuit fails;
 2. scans the next smaller distinct circuits below it one by one, and moves down to any that
    passes, until `scan` failing circuits in a row are seen;
 3. reports every evaluation and each pair of circuits that contradicts monotonicity (a
    smaller one passing, a larger one failing), so a non-monotone curve is seen, not hidden.
 
-The result is exact for a monotone curve; otherwise it is the smallest passing circuit found
-and `monotone` is False.
+The result is exact when faithfulness is monotone in `k`. Otherwise it is the smallest passing
+circuit found: a passing circuit below a failing `k` the doubling stepped over is not seen
+(raise `scan` to look further down). `monotone` False proves the curve is not monotone;
+True only says that no evaluated pair contradicted it.
 """
 
 from __future__ import annotations
@@ -58,11 +61,11 @@ class CircuitSearch:
 
     @property
     def monotone(self) -> bool:
-        """No evaluated pair contradicts monotonicity (then the result is the exact smallest)."""
+        """No evaluated pair contradicts monotonicity (it does not prove the curve monotone where it was not evaluated)."""
         return not self.violations
 
     def __repr__(self) -> str:
-        shape = "monotone" if self.monotone else f"NOT monotone: {len(self.violations)} contradicting pairs"
+        shape = "monotone where evaluated" if self.monotone else f"NOT monotone: {len(self.violations)} contradicting pairs"
         return (
             f"CircuitSearch({self.n_edges} edges (top {self.k}) at faithfulness {self.faithfulness:.4f} "
             f">= {self.target}; {len(self.evaluations)} circuits evaluated, {shape})"
@@ -96,7 +99,7 @@ def smallest_circuit(
         raise InputError(f"scan must be >= 0, got {scan}")
     evaluate = FaithfulnessEvaluator(model, graph, clean, corrupted, metric, attention_mask, ablation)
     search = _Search(graph, evaluate, target, graph.edge_order(absolute))
-    expected = math.ceil(math.log2(max(graph.n_total_edges, 2))) + scan + 1
+    expected = 2 * math.ceil(math.log2(max(graph.n_total_edges, 2))) + scan
     with tqdm(total=expected, desc=f"circuit search (faithfulness >= {target})", unit="circuit", disable=not verbose) as bar:
         search.bar = bar
         best = search.run(scan)
@@ -115,6 +118,7 @@ class _Search:
         self.graph, self.evaluate, self.target, self.order = graph, evaluate, target, order
         self.masks: dict[int, torch.Tensor] = {}  # k -> the pruned top-k circuit [n_senders, n_receivers]
         self.by_size: dict[int, Evaluation] = {}  # pruned size -> evaluation (nested circuits: size names the circuit)
+        self.by_size[0] = Evaluation(0, 0, 0.0)  # the empty circuit is the corrupted run: 0 by definition
         self.evaluations: list[Evaluation] = []
         self.bar = None
 
@@ -151,9 +155,12 @@ class _Search:
         return self.at(k).faithfulness >= self.target
 
     def run(self, scan: int) -> Evaluation:
-        lo, hi = 0, self.graph.n_total_edges
         if self.target <= 0:
             return self.at(0)
+        n_total, lo, k = self.graph.n_total_edges, 0, 1
+        while k < n_total and not self.passes(k):  # double k until a circuit passes (small ones prune to nothing: free)
+            lo, k = k, 2 * k
+        hi = min(k, n_total)
         if not self.passes(hi):
             raise InputError(
                 f"no circuit of this graph reaches faithfulness {self.target}: the full graph gives "

@@ -44,8 +44,12 @@ def test_exhaustive_scan_finds_the_true_smallest_circuit(seed):
     assert found.circuit.n_edges == found.n_edges
     passing = sorted(n for n, (_, f) in truth.items() if f >= target)
     failing = [n for n, (_, f) in truth.items() if f < target]
-    truly_monotone = not any(f > passing[0] for f in failing)
-    assert found.monotone == truly_monotone  # every circuit was evaluated, so the report is exact
+    contradicting = {(p, f) for p in passing for f in failing if f > p}
+    evaluated = {e.n_edges for e in found.evaluations}
+    assert set(found.violations) == {(p, f) for p, f in contradicting if p in evaluated and f in evaluated}
+    assert found.monotone or contradicting
+    # every circuit below the answer was evaluated (the scan went all the way down), so none of them passes
+    assert {n for n in truth if n < found.n_edges} <= evaluated | {0}
     assert found.n_forwards == len(found.evaluations) + 3
 
 
@@ -59,7 +63,7 @@ def test_bisection_boundary_and_reported_evaluations():
     below = graph.copy().top_k(found.k - 1)
     assert below.n_edges < found.n_edges
     assert faithfulness(model, below, clean, corrupted, logit_diff) < 0.8  # a boundary: one circuit smaller fails
-    assert len(found.evaluations) <= math.ceil(math.log2(graph.n_total_edges)) + 1
+    assert len(found.evaluations) <= 2 * math.ceil(math.log2(graph.n_total_edges))
     sizes = [e.n_edges for e in found.evaluations]
     assert len(set(sizes)) == len(sizes) and found.n_edges in sizes  # each distinct circuit run once
 
@@ -88,7 +92,7 @@ def test_monotone_curve_is_exact_with_log_many_evaluations():
     search, best, graph = search_with(curve, 0.42, scan=0)
     sizes = sorted({search.size(k) for k in range(graph.n_total_edges + 1)})
     assert best.n_edges == min(n for n in sizes if n / 100 >= 0.42)
-    assert len(curve.calls) <= math.ceil(math.log2(graph.n_total_edges)) + 1 and search.violations() == []
+    assert len(curve.calls) <= 2 * math.ceil(math.log2(graph.n_total_edges)) and search.violations() == []
 
 
 def test_dip_below_the_target_is_scanned_past_and_reported():
