@@ -90,7 +90,7 @@ def smallest_circuit(
 
     Faithfulness is as in `faithfulness` (exact edge patching, one forward per circuit).
     `scan` is how many failing circuits in a row below the bisection's boundary are checked
-    for a smaller passing one (0: bisection only). A tqdm bar counts the circuits evaluated
+    for a smaller passing one (0: doubling and bisection only). A tqdm bar counts the circuits evaluated
     (`verbose=False` hides it). Raises `InputError` if even the full graph misses `target`.
     """
     if not math.isfinite(target):
@@ -112,7 +112,7 @@ def smallest_circuit(
 
 
 class _Search:
-    """Bisection then a downward scan over `k`, each distinct pruned circuit evaluated once."""
+    """Doubling and bisection, then a downward scan over `k`; each distinct pruned circuit is evaluated once."""
 
     def __init__(self, graph: Graph, evaluate: FaithfulnessEvaluator, target: float, order: torch.Tensor):
         self.graph, self.evaluate, self.target, self.order = graph, evaluate, target, order
