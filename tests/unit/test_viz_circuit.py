@@ -85,3 +85,11 @@ def test_non_finite_scores_embed_as_null(scored):
     assert any(e["score"] is None for e in data["edges"])
     nodes = {n["name"]: n for n in data["nodes"]}
     assert nodes[circuit.senders[s]]["score_out"] is None
+
+
+def test_page_is_self_contained(scored, tmp_path):
+    import re
+
+    page = circuit_graph(scored.copy().top_k(25)).save(tmp_path / "c.html").read_text()
+    assert not re.search(r"(src|href)\s*=|https?://|@import", page)
+    assert page.count("</script>") == 2 and "R[\"circuit\"]=function(v,sec)" in page
