@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Float
 
@@ -184,18 +185,19 @@ class Graph:
         whose output reaches no logit changes nothing either.
         """
         graph = self.in_graph & self.valid
+        edges = graph.numpy()  # [n_senders, n_receivers]; numpy: a few hundred tiny steps, no per-op overhead
         n_s = len(self.senders)
-        receiver_sender = torch.tensor(self.receiver_sender)
-        alive = torch.zeros(n_s, dtype=torch.bool)  # sender's output reaches the logits
-        receiver_alive = receiver_sender < 0
+        receiver_sender = np.asarray(self.receiver_sender)
+        feeds = [np.flatnonzero(receiver_sender == s) for s in range(n_s)]  # receivers whose input is sender s's
+        receiver_alive = receiver_sender < 0  # receiver's node reaches the logits
         for s in range(n_s - 1, -1, -1):
-            alive[s] = bool((graph[s] & receiver_alive).any())
-            if alive[s]:
-                receiver_alive |= receiver_sender == s
-        fed = torch.zeros(n_s, dtype=torch.bool)  # sender reached from the input
+            if (edges[s] & receiver_alive).any():  # sender s's output reaches the logits
+                receiver_alive[feeds[s]] = True
+        fed = np.zeros(n_s, dtype=bool)  # sender reached from the input
         fed[0] = True
         for s in range(1, n_s):
-            fed[s] = bool(graph[:s, receiver_sender == s][fed[:s]].any())
+            fed[s] = (edges[:s, feeds[s]] & fed[:s, None]).any()  # [s, receivers of s]
+        fed, receiver_alive = torch.from_numpy(fed), torch.from_numpy(receiver_alive)
         self.in_graph = graph & fed[:, None] & receiver_alive[None, :]
         return self
 
