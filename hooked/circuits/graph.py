@@ -185,7 +185,7 @@ class Graph:
         whose output reaches no logit changes nothing either.
         """
         graph = self.in_graph & self.valid
-        edges = graph.numpy()  # [n_senders, n_receivers]; numpy: a few hundred tiny steps, no per-op overhead
+        edges = graph.cpu().numpy()  # [n_senders, n_receivers]; numpy: a few hundred tiny steps, no per-op overhead
         n_s = len(self.senders)
         receiver_sender = np.asarray(self.receiver_sender)
         feeds = [np.flatnonzero(receiver_sender == s) for s in range(n_s)]  # receivers whose input is sender s's
@@ -197,7 +197,7 @@ class Graph:
         fed[0] = True
         for s in range(1, n_s):
             fed[s] = (edges[:s, feeds[s]] & fed[:s, None]).any()  # [s, receivers of s]
-        fed, receiver_alive = torch.from_numpy(fed), torch.from_numpy(receiver_alive)
+        fed, receiver_alive = torch.from_numpy(fed).to(graph.device), torch.from_numpy(receiver_alive).to(graph.device)
         self.in_graph = graph & fed[:, None] & receiver_alive[None, :]
         return self
 
