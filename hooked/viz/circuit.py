@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +20,7 @@ from hooked.viz._html import EXTRA_CSS, EXTRA_RENDERERS, View
 
 MAX_EDGES = 300
 _NODE = re.compile(r"a(\d+)(?:\.h(\d+))?$|m(\d+)$")
+_HEAD_INPUT = re.compile(r"a(\d+)\.h(\d+)\.q$")
 
 
 def circuit_graph(graph: Graph, *, max_edges: int = MAX_EDGES, title: str | None = None) -> View:
@@ -38,12 +40,13 @@ def circuit_graph(graph: Graph, *, max_edges: int = MAX_EDGES, title: str | None
     shown = edges[:max_edges]
     node_of = _receiver_nodes(graph)
     names = {"logits"} | {s for s, _, _ in shown} | {node_of[r] for _, r, _ in shown}
-    n_layers = graph.model_shape["n_layers"] if graph.model_shape else _count_layers(graph.senders)
+    layout = _Layout.of(graph)
     data = {
         "kind": "circuit",
         "title": title or f"Circuit: {graph.n_edges} of {graph.n_total_edges} edges",
-        "rows": _row_labels(n_layers),
-        "nodes": [_node(graph, name, node_of) for name in sorted(names, key=lambda n: _position(n, n_layers))],
+        "rows": layout.row_labels(),
+        "n_cols": layout.n_cols,
+        "nodes": [_node(graph, name, node_of, layout) for name in sorted(names, key=layout.position)],
         "edges": [
             {"from": s, "to": r, "node": node_of[r], "port": _port(r), "score": _finite(score)} for s, r, score in shown
         ],
@@ -69,41 +72,56 @@ def _port(receiver: str) -> str:
     return receiver.rsplit(".", 1)[1] if receiver.count(".") == 2 else ""
 
 
-def _count_layers(senders: list[str]) -> int:
-    return 1 + max((int(m.group(1) or m.group(3)) for m in map(_NODE.match, senders) if m), default=-1)
+@dataclass
+class _Layout:
+    """Rows: input 0, layer l's attention 1 + 2l, its MLP 2 + 2l, logits last. Columns: head h in
+    column h, the MLPs in the last column, the input and logits (and a post-norm layer's attention) centred."""
+
+    n_layers: int
+    n_heads: int
+
+    @classmethod
+    def of(cls, graph: Graph) -> _Layout:
+        if graph.model_shape:
+            return cls(graph.model_shape["n_layers"], graph.model_shape["n_heads"])
+        heads = [m for m in map(_HEAD_INPUT.match, graph.receivers) if m]  # every head has a q input
+        return cls(1 + max(int(m.group(1)) for m in heads), 1 + max(int(m.group(2)) for m in heads))
+
+    @property
+    def n_cols(self) -> int:
+        return self.n_heads + 1
+
+    def row_labels(self) -> list[str]:
+        rows = ["input"]
+        for layer in range(self.n_layers):
+            rows += [f"layer {layer} attention", f"layer {layer} MLP"]
+        return rows + ["logits"]
+
+    def position(self, name: str) -> tuple[int, float]:
+        """(row, column) of a node."""
+        centre = (self.n_cols - 1) / 2
+        if name == "input":
+            return 0, centre
+        if name == "logits":
+            return 2 * self.n_layers + 1, centre
+        m = _NODE.match(name)
+        if m.group(3) is not None:
+            return 2 + 2 * int(m.group(3)), self.n_heads
+        return 1 + 2 * int(m.group(1)), centre if m.group(2) is None else int(m.group(2))
 
 
-def _row_labels(n_layers: int) -> list[str]:
-    rows = ["input"]
-    for layer in range(n_layers):
-        rows += [f"layer {layer} attention", f"layer {layer} MLP"]
-    return rows + ["logits"]
-
-
-def _position(name: str, n_layers: int) -> tuple[int, int]:
-    """(row, order in the row): input row 0, layer l's attention 1 + 2l, its MLP 2 + 2l, logits last."""
-    if name == "input":
-        return 0, 0
-    if name == "logits":
-        return 2 * n_layers + 1, 0
-    m = _NODE.match(name)
-    if m.group(3) is not None:
-        return 2 + 2 * int(m.group(3)), 0
-    return 1 + 2 * int(m.group(1)), int(m.group(2) or 0)
-
-
-def _node(graph: Graph, name: str, node_of: dict[str, str]) -> dict:
-    """A node with its row and the summed scores of its circuit edges in and out."""
+def _node(graph: Graph, name: str, node_of: dict[str, str], layout: _Layout) -> dict:
+    """A node with its place and the summed scores of its circuit edges in and out."""
     circuit = graph.in_graph & graph.valid
-    into = [r for r, node in node_of.items() if node == name]
-    r_idx = [graph.receiver_index[r] for r in into]
+    r_idx = [graph.receiver_index[r] for r, node in node_of.items() if node == name]
     s_idx = graph.sender_index.get(name)
     score_in = graph.scores[:, r_idx][circuit[:, r_idx]].double().sum() if r_idx else torch.tensor(0.0)
     score_out = graph.scores[s_idx][circuit[s_idx]].double().sum() if s_idx is not None else torch.tensor(0.0)
-    n_layers = graph.model_shape["n_layers"] if graph.model_shape else _count_layers(graph.senders)
+    row, col = layout.position(name)
     return {
         "name": name,
-        "row": _position(name, n_layers)[0],
+        "row": row,
+        "col": col,
         "score_in": _finite(float(score_in)),
         "score_out": _finite(float(score_out)),
         "n_in": int(circuit[:, r_idx].sum()) if r_idx else 0,
@@ -134,19 +152,19 @@ _CIRCUIT_JS = r"""function(v,sec){
   const used=[...new Set(v.nodes.map(n=>n.row))].sort((a,b)=>a-b), rowY={};
   const RH=64, NW=58, NH=22, LEFT=130, TOP=24;
   used.forEach((r,i)=>rowY[r]=TOP+i*RH);
-  const perRow={};v.nodes.forEach(n=>(perRow[n.row]=perRow[n.row]||[]).push(n));
-  const widest=Math.max(1,...Object.values(perRow).map(a=>a.length));
-  const W=LEFT+Math.max(520,widest*(NW+14)), H=TOP+used.length*RH;
+  // head h in column h, MLPs in the last column: an edge skipping rows bends aside instead of crossing nodes
+  const COL=NW+14, W=LEFT+Math.max(520,v.n_cols*COL), H=TOP+used.length*RH, step=(W-LEFT)/v.n_cols;
   const svg=s('svg',{class:'circuit',width:W,height:H,viewBox:'0 0 '+W+' '+H});
-  const pos={};
-  Object.entries(perRow).forEach(([r,list])=>{const step=(W-LEFT)/list.length;
-    list.forEach((n,i)=>{pos[n.name]={x:LEFT+step*(i+0.5),y:rowY[r]};});});
+  const pos={}, rowIndex={};used.forEach((r,i)=>rowIndex[r]=i);
+  v.nodes.forEach(n=>{pos[n.name]={x:LEFT+step*(n.col+0.5),y:rowY[n.row],i:rowIndex[n.row]};});
+  const centre=LEFT+(W-LEFT)/2;
   used.forEach(r=>{const t=s('text',{class:'row-label',x:6,y:rowY[r]+4},svg);t.textContent=v.rows[r];});
   const m=Math.max(1e-12,...v.edges.map(e=>Math.abs(e.score||0))), PORT={q:-16,k:0,v:16,'':0};
   const edgeEls=[];  // drawn weakest first, so the strongest edges lie on top
   v.edges.map((e,i)=>[e,i]).reverse().forEach(([e,i])=>{const a=pos[e.from],b=pos[e.node],sc=e.score||0,w=Math.abs(sc)/m;
     const x1=a.x,y1=a.y+NH/2,x2=b.x+PORT[e.port],y2=b.y-NH/2,ym=(y1+y2)/2;
-    const d='M'+x1+' '+y1+' C'+x1+' '+ym+','+x2+' '+ym+','+x2+' '+y2;
+    const skip=b.i-a.i-1, bend=skip>0?Math.min(step*1.5,10+8*skip)*(x1>centre?-1:1):0;
+    const d='M'+x1+' '+y1+' C'+(x1+bend)+' '+ym+','+(x2+bend)+' '+ym+','+x2+' '+y2;
     const g=s('g',{class:'edge','data-from':e.from,'data-to':e.to,'data-index':i},svg);
     s('path',{class:'line',d:d,stroke:sc>=0?'#1e5ac8':'#d23228','stroke-width':(0.75+5*w).toFixed(2),
       'stroke-opacity':(0.3+0.7*w).toFixed(3)},g);

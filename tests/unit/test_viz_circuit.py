@@ -54,6 +54,9 @@ def test_node_scores_sum_the_circuit_edges_in_and_out(scored):
     rows = {n["name"]: n["row"] for n in data["nodes"]}
     assert rows["logits"] == len(data["rows"]) - 1 == 5 and data["rows"][1] == "layer 0 attention"
     assert all(rows[e["from"]] < rows[e["node"]] for e in data["edges"])  # edges run down the page
+    cols = {n["name"]: n["col"] for n in data["nodes"]}
+    assert data["n_cols"] == 5 and cols["logits"] == 2
+    assert all(c == (4 if name.startswith("m") else int(name.split(".h")[1])) for name, c in cols.items() if name[0] in "am")
 
 
 def test_post_norm_attention_is_one_node_per_layer():
