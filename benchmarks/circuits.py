@@ -97,12 +97,13 @@ def main() -> None:
     forward_backward(model, clean, metric)  # warm-up
     eap_t, fb_t, ig_t, ig2_t, exact_t = [], [], [], [], []
     for _ in range(args.repeats):
-        t, graph = timed(lambda: edge_attribution_patching(model, clean, corrupted, metric))
+        t, graph = timed(lambda: edge_attribution_patching(model, clean, corrupted, metric, verbose=False))
         eap_t.append(t)
         fb_t.append(timed(lambda: forward_backward(model, clean, metric))[0])
         for steps, out in ((args.steps, ig_t), (2 * args.steps, ig2_t)):
             ig = partial(
-                edge_attribution_patching, model, clean, corrupted, metric, "eap-ig", steps, steps_per_forward=1
+                edge_attribution_patching, model, clean, corrupted, metric, "eap-ig", steps, steps_per_forward=1,
+                verbose=False,
             )
             out.append(timed(ig)[0])
         valid = graph.valid.nonzero().tolist()

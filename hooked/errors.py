@@ -14,6 +14,7 @@ so `except AssertionError` code written against TransformerLens keeps working.
     │   ├── TokenizerError                            the tokenizer cannot do what was asked
     │   ├── KVCacheMismatchError                      a KV cache built for another batch/model
     │   ├── PatchingError                             clean/corrupted mismatch, non-scalar metric
+    │   ├── GraphMismatchError                        a saved circuit graph loaded against another model
     │   └── ShapeMismatchError                        e.g. FactoredMatrix inner dimensions
     ├── InputTypeError (TypeError, AssertionError)    an argument has a bad type
     ├── ConfigError (ValueError, AssertionError)      an impossible config
@@ -60,6 +61,10 @@ class KVCacheMismatchError(InputError):
 
 class PatchingError(InputError):
     """Clean and corrupted inputs that do not line up, or a metric that is not a scalar."""
+
+
+class GraphMismatchError(InputError):
+    """A saved circuit `Graph` loaded against a model of another shape (layers, heads, MLPs, block layout)."""
 
 
 class ShapeMismatchError(InputError):
@@ -122,6 +127,7 @@ __all__ = [
     "CheckpointError",
     "ConcurrentUseError",
     "ConfigError",
+    "GraphMismatchError",
     "HookNotEnabledError",
     "HookShapeError",
     "HookedError",

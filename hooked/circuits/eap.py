@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 from jaxtyping import Float, Int
+from tqdm.auto import tqdm
 
 from hooked.circuits.graph import Graph
 from hooked.circuits.nodes import (
@@ -42,6 +43,8 @@ def edge_attribution_patching(
     steps: int = 5,
     attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
     steps_per_forward: int | None = None,
+    *,
+    verbose: bool = True,
 ) -> Graph:
     """Score every edge of `Graph.from_model(model)`; returns the graph (all edges in, scores set).
 
@@ -57,7 +60,9 @@ def edge_attribution_patching(
         steps: interpolation points of "eap-ig".
         attention_mask: shared padding mask `[batch, pos]` of both batches (their positions must line up).
         steps_per_forward: EAP-IG steps stacked into one batched forward (default: all);
-            lower it to bound memory.
+            lower it to bound memory (and see the progress bar move more often).
+        verbose: a tqdm bar counts the runs (2 for "eap", 2 + `steps` for "eap-ig");
+            `False` hides it.
 
     Returns:
         The `Graph` with `scores` `[n_senders, n_receivers]` set; choose a circuit with
@@ -69,16 +74,21 @@ def edge_attribution_patching(
         raise InputError(f"steps must be at least 1, got {steps}")
     check_pair(clean, corrupted)
     graph = Graph.from_model(model)
-    corrupted_out = collect_sender_outputs(model, graph, corrupted, attention_mask)
-    if method == "eap":
-        graph.scores = _eap_scores(model, graph, clean, corrupted_out, metric, attention_mask)
-    else:
-        clean_out = collect_sender_outputs(model, graph, clean, attention_mask)
-        diff = masked(clean_out - corrupted_out, attention_mask)
-        start, delta = corrupted_out[0], clean_out[0] - corrupted_out[0]  # the input node: [batch, pos, d_model]
-        graph.scores = _ig_scores(
-            model, graph, clean, (start, delta, diff), metric, attention_mask, steps, steps_per_forward
-        )
+    total = 2 if method == "eap" else 2 + steps
+    with tqdm(total=total, desc=method.upper(), unit="run", disable=not verbose) as bar:
+        corrupted_out = collect_sender_outputs(model, graph, corrupted, attention_mask)
+        bar.update(1)
+        if method == "eap":
+            graph.scores = _eap_scores(model, graph, clean, corrupted_out, metric, attention_mask)
+            bar.update(1)
+        else:
+            clean_out = collect_sender_outputs(model, graph, clean, attention_mask)
+            bar.update(1)
+            diff = masked(clean_out - corrupted_out, attention_mask)
+            start, delta = corrupted_out[0], clean_out[0] - corrupted_out[0]  # the input node: [batch, pos, d_model]
+            graph.scores = _ig_scores(
+                model, graph, clean, (start, delta, diff), metric, attention_mask, steps, steps_per_forward, bar
+            )
     return graph
 
 
@@ -127,7 +137,7 @@ def _eap_scores(model, graph, clean, corrupted_out, metric, attention_mask) -> t
     return scores.cpu()
 
 
-def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_per_forward) -> torch.Tensor:
+def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_per_forward, bar) -> torch.Tensor:
     start, delta, diff = diffs
     scores = torch.zeros(len(graph.senders), len(graph.receivers), device=diff.device)
     alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
@@ -148,6 +158,7 @@ def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_
             logits = model(tokens, attention_mask=mask)
             value = sum(_scalar(metric(part)) for part in logits.chunk(k))
             torch.autograd.grad(value, leaf)
+        bar.update(k)
     return scores.cpu() / steps
 
 

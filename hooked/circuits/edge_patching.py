@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 from jaxtyping import Float, Int
+from tqdm.auto import tqdm
 
 from hooked.circuits.graph import Graph
 from hooked.circuits.nodes import check_pair, collect_outputs_and_inputs, receiver_hooks, sender_hooks, split_inputs
@@ -130,6 +131,37 @@ def edge_patching(
     return run_circuit(model, graph, clean, reference, attention_mask)
 
 
+class FaithfulnessEvaluator:
+    """Faithfulness of many circuits of one graph on one clean/corrupted pair.
+
+    The reference (corrupted or mean) values, the clean metric and the empty circuit's
+    metric are computed once (3 forwards); each circuit then costs one forward (`n_forwards` counts all).
+    """
+
+    def __init__(self, model, graph: Graph, clean, corrupted, metric: Metric, attention_mask=None, ablation="corrupted"):
+        check_pair(clean, corrupted)
+        self.model, self.clean, self.metric, self.attention_mask = model, clean, metric, attention_mask
+        self.reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
+        empty = graph.copy()
+        empty.in_graph = torch.zeros_like(empty.valid)
+        with torch.no_grad():
+            self.m_clean = float(metric(model(clean, attention_mask=attention_mask)))
+        self.n_forwards = 2  # the reference run and the clean run
+        self.m_corrupted = self.metric_of(empty)
+        if self.m_clean == self.m_corrupted:
+            raise InputError("metric(clean) equals metric(corrupted): faithfulness is undefined for this pair")
+
+    def metric_of(self, circuit: Graph) -> float:
+        """The metric of the circuit run alone (one forward)."""
+        self.n_forwards += 1
+        with torch.no_grad():
+            return float(self.metric(run_circuit(self.model, circuit, self.clean, self.reference, self.attention_mask)))
+
+    def __call__(self, circuit: Graph) -> float:
+        """`(m(circuit) - m(corrupted)) / (m(clean) - m(corrupted))`."""
+        return (self.metric_of(circuit) - self.m_corrupted) / (self.m_clean - self.m_corrupted)
+
+
 def faithfulness(
     model,
     graph: Graph,
@@ -156,17 +188,7 @@ def faithfulness(
     Returns:
         The fraction of the clean-vs-corrupted metric difference the circuit keeps.
     """
-    check_pair(clean, corrupted)
-    reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
-    with torch.no_grad():
-        m_clean = float(metric(model(clean, attention_mask=attention_mask)))
-        empty = graph.copy()
-        empty.in_graph = torch.zeros_like(empty.valid)
-        m_corrupted = float(metric(run_circuit(model, empty, clean, reference, attention_mask)))
-        m_circuit = float(metric(run_circuit(model, graph, clean, reference, attention_mask)))
-    if m_clean == m_corrupted:
-        raise InputError("metric(clean) equals metric(corrupted): faithfulness is undefined for this pair")
-    return (m_circuit - m_corrupted) / (m_clean - m_corrupted)
+    return FaithfulnessEvaluator(model, graph, clean, corrupted, metric, attention_mask, ablation)(graph)
 
 
 def faithfulness_curve(
@@ -178,10 +200,16 @@ def faithfulness_curve(
     sizes: list[int],
     attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
     ablation: str = "corrupted",
+    *,
+    verbose: bool = True,
 ) -> list[tuple[int, float]]:
     """`(edges kept, faithfulness)` of the top-`k` circuit of `graph`'s scores for each `k` in `sizes`.
 
-    The reference, clean and empty runs are shared, so each size costs one forward.
+    "Edges kept" is the circuit's size after pruning, at most `k` (edges off every
+    input-to-logits path change nothing and are dropped). Faithfulness need not grow with `k`;
+    `smallest_circuit` searches for the smallest circuit reaching a target. The reference,
+    clean and empty runs are shared, so each size costs one forward; a tqdm bar counts the
+    circuits (`verbose=False` hides it).
 
     Args:
         model: the `HookedTransformer`.
@@ -192,20 +220,14 @@ def faithfulness_curve(
         sizes: the circuit sizes k (edges kept) to evaluate.
         attention_mask: shared padding mask `[batch, pos]` of both batches.
         ablation: "corrupted" or "mean", as in `edge_patching`.
+        verbose: show the progress bar.
 
     Returns:
         `(edges kept after pruning, faithfulness)` for each size.
     """
-    check_pair(clean, corrupted)
-    reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)
-    empty = graph.copy()
-    empty.in_graph = torch.zeros_like(empty.valid)
-    with torch.no_grad():
-        m_clean = float(metric(model(clean, attention_mask=attention_mask)))
-        m_corrupted = float(metric(run_circuit(model, empty, clean, reference, attention_mask)))
-        out = []
-        for k in sizes:
-            circuit = graph.copy().top_k(k)
-            m = float(metric(run_circuit(model, circuit, clean, reference, attention_mask)))
-            out.append((circuit.n_edges, (m - m_corrupted) / (m_clean - m_corrupted)))
+    evaluate = FaithfulnessEvaluator(model, graph, clean, corrupted, metric, attention_mask, ablation)
+    out = []
+    for k in tqdm(sizes, desc="faithfulness curve", unit="circuit", disable=not verbose):
+        circuit = graph.copy().top_k(k)
+        out.append((circuit.n_edges, evaluate(circuit)))
     return out

@@ -7,6 +7,7 @@ file (style, script and data inlined, nothing fetched), and `a + b` puts views o
 from hooked.viz._html import View, embedded_data
 from hooked.viz.attention import attention_patterns
 from hooked.viz.attribution import direct_logit_attribution
+from hooked.viz.circuit import circuit_graph
 from hooked.viz.logit_lens import logit_lens
 from hooked.viz.text import activations_over_text
 
@@ -14,6 +15,7 @@ __all__ = [
     "View",
     "activations_over_text",
     "attention_patterns",
+    "circuit_graph",
     "direct_logit_attribution",
     "embedded_data",
     "logit_lens",

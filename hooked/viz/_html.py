@@ -12,6 +12,11 @@ import uuid
 from pathlib import Path
 
 DATA_ID_PREFIX = "hooked-viz-data-"
+#: Views whose renderer lives in their own module register it here: kind -> JS `function(v, sec){...}`
+#: drawing the view `v` into its `<section>` `sec` (the helpers `el`, `fmt`, `highlight` are in scope).
+EXTRA_RENDERERS: dict[str, str] = {}
+#: ... and their CSS rules (scoped under `.hv`).
+EXTRA_CSS: list[str] = []
 
 _CSS = """
 .hv{font-family:system-ui,-apple-system,Segoe UI,sans-serif;font-size:13px;color:#222;max-width:100%;overflow-x:auto}
@@ -147,6 +152,7 @@ R.text=function(v,sec){
     highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);},i=>fmt(v.values[i]));
   sec.appendChild(strip);sec.appendChild(info);
 };
+/*EXTRA_RENDERERS*/
 data.views.forEach((v,n)=>{
   const sec=el('section');sec.dataset.kind=v.kind;sec.dataset.index=n;sec.appendChild(el('h3','',v.title));
   if(v.description)sec.appendChild(el('p','desc',v.description));notes(sec,v);
@@ -166,9 +172,11 @@ def render_fragment(views: list[dict], title: str = "hooked") -> str:
     """A `<div>` with its style, data and script: embeddable in Jupyter or in a page."""
     uid = uuid.uuid4().hex[:12]
     root_id, data_id = f"hooked-viz-{uid}", f"{DATA_ID_PREFIX}{uid}"
+    extra = "".join(f"R[{json.dumps(kind)}]={js};\n" for kind, js in EXTRA_RENDERERS.items())
     script = _JS.replace("ROOT_ID", json.dumps(root_id)).replace("DATA_ID", json.dumps(data_id))
+    script = script.replace("/*EXTRA_RENDERERS*/", extra)
     return (
-        f'<div class="hv" id="{root_id}"><style>{_CSS}</style>'
+        f'<div class="hv" id="{root_id}"><style>{_CSS}{"".join(EXTRA_CSS)}</style>'
         f'<script type="application/json" id="{data_id}">{_safe_json({"title": title, "views": views})}</script>'
         f"<script>{script}</script></div>"
     )

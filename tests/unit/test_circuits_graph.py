@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hooked.circuits import Graph, edge_patching
+from hooked.errors import InputError
 from tests.unit.circuits_models import make_model, token_pair
 
 torch.set_num_threads(1)
@@ -90,3 +91,81 @@ def test_json_and_dot_export(tmp_path):
     assert dot.startswith("digraph") and '"a0.h1" -> "a1.h2" [color=blue label="q"' in dot
     with pytest.raises(ValueError, match="not upstream"):
         graph.set_edges([("m1", "a0.h0.q")])
+
+
+def scored_circuit(family: str = "gpt2"):
+    """A graph of `family` with random scores and a pruned top-20 circuit."""
+    model = make_model(family)
+    graph = Graph.from_model(model)
+    graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0)) * graph.valid
+    return model, graph.top_k(20)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "gemma_post_norm", "attn_only_shortformer", "neox_parallel"])
+def test_save_and_load_round_trip_exactly(tmp_path, family):
+    model, graph = scored_circuit(family)
+    for loaded in (Graph.load(graph.save(tmp_path / "g.json")), Graph.load(tmp_path / "g.json", model)):
+        assert loaded.senders == graph.senders and loaded.receivers == graph.receivers
+        assert loaded.n_upstream == graph.n_upstream and loaded.receiver_sender == graph.receiver_sender
+        assert torch.equal(loaded.scores, graph.scores) and loaded.scores.dtype == graph.scores.dtype
+        assert torch.equal(loaded.in_graph, graph.in_graph)
+        assert loaded.model_shape == graph.model_shape
+    assert Graph.from_json(graph.to_json(in_graph_only=False)).edges() == graph.edges()
+
+
+def test_to_json_lists_only_the_circuits_nodes_by_default():
+    _, graph = scored_circuit()
+    data = json.loads(graph.to_json())
+    senders = {e["from"] for e in data["edges"]}
+    receivers = {e["to"] for e in data["edges"]}
+    assert set(data["senders"]) == senders and set(data["receivers"]) == receivers
+    assert len(data["edges"]) == graph.n_edges == data["n_edges"] < data["n_total_edges"]
+    assert len(data["senders"]) < len(graph.senders) and len(data["receivers"]) < len(graph.receivers)
+    everything = json.loads(graph.to_json(in_graph_only=False))
+    assert everything["senders"] == graph.senders and everything["receivers"] == graph.receivers
+    assert len(everything["edges"]) == graph.n_total_edges
+    assert sum(e["in_graph"] for e in everything["edges"]) == graph.n_edges
+
+
+def test_circuit_only_file_reloads_the_circuit_and_warns_about_missing_scores(caplog):
+    _, graph = scored_circuit()
+    with caplog.at_level("WARNING", logger="hooked.circuits.graph"):
+        loaded = Graph.from_json(graph.to_json())
+    assert torch.equal(loaded.in_graph, graph.in_graph)
+    assert torch.equal(loaded.scores[graph.in_graph], graph.scores[graph.in_graph])
+    assert (loaded.scores[~graph.in_graph] == 0).all()
+    assert f"other {graph.n_total_edges - graph.n_edges} edges' scores were not saved" in caplog.text
+
+
+def test_loading_against_another_model_shape_is_refused(tmp_path):
+    from hooked.errors import GraphMismatchError
+
+    _, graph = scored_circuit("gpt2")
+    path = graph.save(tmp_path / "g.json")
+    with pytest.raises(GraphMismatchError, match=r"n_layers=2 \(model: 3\)"):
+        Graph.load(path, make_model("gpt2", n_layers=3))
+    with pytest.raises(GraphMismatchError, match="heads_are_senders=True"):
+        Graph.load(path, make_model("gemma_post_norm"))
+    with pytest.raises(InputError, match="not a saved hooked Graph"):
+        Graph.from_json(json.dumps({"edges": []}))
+    data = json.loads(graph.to_json())
+    data["edges"][0]["to"] = "a9.h0.q"
+    with pytest.raises(GraphMismatchError, match="a9.h0.q"):
+        Graph.from_json(json.dumps(data))
+
+
+def test_same_shape_other_name_loads_with_a_warning(tmp_path, caplog):
+    _, graph = scored_circuit()
+    path = graph.save(tmp_path / "g.json")
+    other = make_model("gpt2", model_name="another-model")
+    with caplog.at_level("WARNING", logger="hooked.circuits.graph"):
+        loaded = Graph.load(path, other)
+    assert torch.equal(loaded.scores, graph.scores) and "'another-model'" in caplog.text
+
+
+def test_to_dot_to_an_image_path_points_to_graphviz_and_the_view(tmp_path):
+    _, graph = scored_circuit()
+    with pytest.raises(InputError, match=r"Graphviz \(optional.*circuit_graph"):
+        graph.to_dot(tmp_path / "circuit.svg")
+    assert not (tmp_path / "circuit.svg").exists()
+    assert graph.to_dot(tmp_path / "circuit.dot") == (tmp_path / "circuit.dot").read_text()
