@@ -21,6 +21,7 @@ so `except AssertionError` code written against TransformerLens keeps working.
     ├── HookNotEnabledError (AssertionError)          an optional hook whose flag is off
     ├── MissingHooksError (KeyError)                  a cache lacks hooks an analysis needs
     ├── ConcurrentUseError (RuntimeError)             one model used by two threads at once
+    ├── ReplacedModuleError (TypeError)               a replaced component lacks what a weight view needs
     └── CheckpointError (ValueError)                  a checkpoint file is corrupt or inconsistent
         ├── WeightShapeError                          a converted tensor disagrees with the config
         └── UnsafeCheckpointError                     would need remote code, unpickling or a path outside the checkpoint
@@ -94,6 +95,10 @@ class GenerationHookError(HookedError, RuntimeError):
 
 class ConcurrentUseError(HookedError, RuntimeError):
     """A model was entered by a second thread while another thread was running it."""
+
+
+class ReplacedModuleError(HookedError, TypeError):
+    """A component replaced in place (a transcoder, an SAE wrapper) that a weight view or weight processing cannot read."""
 
 
 class CheckpointError(HookedError, ValueError):
