@@ -121,6 +121,7 @@ class Attention(AttentionBuffers, nn.Module):
         self.hook_pattern = HookPoint(pos_axis=2)  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint(requires="use_attn_result")  # [batch, pos, head, d_model]
+        self._init_attention_buffers()
 
     def _init_kv(self, cfg: HookedTransformerConfig) -> None:
         H, d, dh, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.dtype

@@ -45,7 +45,19 @@ def _buffer_property(name: str, doc: str) -> property:
 
 
 class AttentionBuffers:
-    """Mixin for `Attention`: TransformerLens's buffers as lazily built, assignable attributes."""
+    """Mixin for `Attention`: TransformerLens's buffers as lazily built, assignable attributes.
+
+    An attention layer saved on its own (`attn.state_dict()`, not as part of a model) carries
+    these buffers as TransformerLens's does, and loading such a state dict takes them back
+    (stored only where they differ from the defaults); a model's state dict never has them.
+    """
+
+    def _init_attention_buffers(self) -> None:
+        self.register_state_dict_post_hook(_add_tl_buffers)
+        self.register_load_state_dict_pre_hook(_take_tl_buffers)
+
+    def _tl_buffer_names(self) -> tuple[str, ...]:
+        return TL_BUFFERS if self.rotary else TL_BUFFERS[:2]
 
     mask = _buffer_property("mask", "`[n_ctx, n_ctx]` bool, True where a query (row) may see a key (column).")
     IGNORE = _buffer_property("IGNORE", "0-dim float: the score given to masked positions (`-inf`).")
@@ -104,3 +116,22 @@ class AttentionBuffers:
             )
         positions = state.positions.to(cos.device)
         return cos[positions][:, :, None].to(dtype), sin[positions][:, :, None].to(dtype)  # [batch, pos, 1, rot]
+
+
+def _add_tl_buffers(module: AttentionBuffers, state_dict, prefix: str, local_metadata) -> None:
+    """State-dict post-hook: a standalone layer's state dict gets TransformerLens's buffers."""
+    if prefix:  # part of a larger module: hooked's own format, no n_ctx² buffers per layer
+        return
+    for name in module._tl_buffer_names():
+        state_dict[name] = getattr(module, name).detach()
+
+
+def _take_tl_buffers(module: AttentionBuffers, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+    """Load pre-hook: TransformerLens's buffers in a state dict are taken, kept where they differ from the defaults."""
+    for name in TL_BUFFERS:
+        value = state_dict.pop(prefix + name, None)
+        if value is None or (name.startswith("rotary") and not module.rotary):
+            continue
+        default = module._default_tl_buffer(name)
+        if value.shape != default.shape or not torch.equal(value.to(default.device), default):
+            _store(module, name, value.to(default.device))

@@ -175,3 +175,18 @@ def test_a_compiled_block_runs_in_place_of_the_block():
     ref = model(TOKENS)
     model.blocks[1] = torch.compile(model.blocks[1], backend="eager")
     torch.testing.assert_close(model(TOKENS), ref, atol=1e-6, rtol=1e-6)
+
+
+def test_a_standalone_attention_state_dict_carries_tl_buffers_and_a_models_does_not():
+    """TransformerLens code copies `attn.state_dict()` (with `mask`, `IGNORE`) between layers."""
+    model = tiny_model()
+    attn = model.blocks[1].attn
+    state = attn.state_dict()
+    assert {"mask", "IGNORE", "rotary_sin", "rotary_cos"} <= set(state)
+    assert not any(k.endswith(("mask", "IGNORE")) for k in model.state_dict())
+    other = tiny_model().blocks[1].attn
+    other.load_state_dict(state)  # strict: the buffers are taken, equal to the defaults so not stored
+    assert "mask" not in other._buffers
+    state["mask"] = torch.ones_like(state["mask"])  # a different mask is stored and used
+    other.load_state_dict(state)
+    assert torch.equal(other.mask, state["mask"])
