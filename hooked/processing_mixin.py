@@ -25,6 +25,8 @@ def check_components_not_replaced(model: torch.nn.Module) -> None:
             module = model.get_submodule(path)
         except AttributeError:
             continue  # absent in this architecture (no ln_final, attention-only blocks)
+        if isinstance(module, torch.nn.Identity) and model.cfg.normalization_type is None:
+            continue  # the norm slot of a norm-free model
         if not type(module).__module__.startswith("hooked."):
             raise ReplacedModuleError(
                 f"{path} is a {type(module).__name__} (from {type(module).__module__}), not hooked's component: weight "
