@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="write every test's outcome on both sides as JSON")
     parser.add_argument("--timeout", type=int, default=3 * 3600, help="seconds per side")
     parser.add_argument("pytest_args", nargs="*", help="test paths / pytest arguments (after --)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
 
     tl = run_side(args.checkout, args.tl_python, False, args.timeout, args.pytest_args)
     hk = run_side(args.checkout, sys.executable, True, args.timeout, args.pytest_args)
