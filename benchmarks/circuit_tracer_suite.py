@@ -1,7 +1,7 @@
 """Run circuit-tracer's own test suite on TransformerLens and on `hooked`, offline, and compare.
 
     python benchmarks/circuit_tracer_suite.py /path/to/circuit-tracer --tl-python /tmp/tlvenv/bin/python
-    python benchmarks/circuit_tracer_suite.py /path/to/circuit-tracer -- tests/test_attributions_gemma.py
+    python benchmarks/circuit_tracer_suite.py /path/to/circuit-tracer --tl-python ... tests/test_graph.py  # a subset
 
 circuit-tracer (PyPI 0.5.0, built from the `Caerii/circuit-tracer` fork; its tests are not in
 the sdist, so pass a checkout: commit 1cbc8b7 "Align tests with unified backends" matches the
