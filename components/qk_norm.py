@@ -47,8 +47,8 @@ class PerHeadLayerNorm(LayerNormPre):
         fused = x.dtype != torch.float32 and x.dtype == w.dtype and not self._needs_grad_hooks()
         if fused and not (self.hook_scale.observed or self.hook_normalized.observed):
             return self.affine(x, w, b)
-        normalized = self.normalize(x)  # the hooks see (and may edit) the normalized input
-        if fused and torch.equal(normalized, self.fused(x.float()).to(x.dtype)):  # unedited
+        normalized, edited = self.normalize_edit(x)  # the hooks see (and may edit) the normalized input
+        if fused and not edited:
             return self.affine(x, w, b)
         return torch.addcmul(b, normalized, w)
 

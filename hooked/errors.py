@@ -23,6 +23,7 @@ so `except AssertionError` code written against TransformerLens keeps working.
     ├── MissingHooksError (KeyError)                  a cache lacks hooks an analysis needs
     ├── ConcurrentUseError (RuntimeError)             one model used by two threads at once
     ├── RemoteError (RuntimeError)                    a `hooked serve` server refused or failed a request
+    ├── ReplacedModuleError (TypeError)               a replaced component lacks what a weight view needs
     └── CheckpointError (ValueError)                  a checkpoint file is corrupt or inconsistent
         ├── WeightShapeError                          a converted tensor disagrees with the config
         └── UnsafeCheckpointError                     would need remote code, unpickling or a path outside the checkpoint
@@ -108,6 +109,10 @@ class RemoteError(HookedError, RuntimeError):
     def __init__(self, message: str, status: int = 500):
         super().__init__(message)
         self.status = status
+
+
+class ReplacedModuleError(HookedError, TypeError):
+    """A component replaced in place (a transcoder, an SAE wrapper) that a weight view or weight processing cannot read."""
 
 
 class CheckpointError(HookedError, ValueError):

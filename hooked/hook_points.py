@@ -221,13 +221,17 @@ class HookPoint(nn.Module):
                 if out is not None:
                     x = self._check_replacement(out, x, fn)
         if self._bwd_fns and x.requires_grad:
-            x.register_hook(functools.partial(self._run_bwd_hooks, forward_call=self.n_forward_calls))
+            # The backward hooks of this forward are the ones attached now, as in TransformerLens (a
+            # module backward hook is bound at forward time): a backward run after the `hooks()`
+            # context closed (circuit-tracer's attribution) still reaches them.
+            fns = tuple(self._bwd_fns.values())
+            x.register_hook(functools.partial(self._run_bwd_hooks, forward_call=self.n_forward_calls, fns=fns))
             self.n_forward_calls += 1
         return x
 
-    def _run_bwd_hooks(self, grad: torch.Tensor, forward_call: int = 0) -> torch.Tensor:
+    def _run_bwd_hooks(self, grad: torch.Tensor, forward_call: int = 0, fns: tuple = ()) -> torch.Tensor:
         self.grad_forward_call = forward_call
-        for fn in list(self._bwd_fns.values()):
+        for fn in fns:
             out = fn(grad, hook=self)
             if out is not None:
                 grad = self._check_replacement(out, grad, fn)

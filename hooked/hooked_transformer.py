@@ -426,7 +426,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             residual = self.ln_final(residual)
         if return_type is None:
             return None
-        logits = self.unembed(residual, logits_to_keep)  # [batch, pos or logits_to_keep, d_vocab_out]
+        logits = self._unembed(residual, logits_to_keep)  # [batch, pos or logits_to_keep, d_vocab_out]
         if return_type == "logits":
             return logits
         if tokens is None:
@@ -434,6 +434,18 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
         loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else Output(logits, loss)
+
+    def _unembed(self, residual: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int) -> torch.Tensor:
+        """`unembed(residual)`, as TransformerLens calls it; `logits_to_keep` goes only to hooked's own `Unembed`.
+
+        A replacement unembed (a client's `forward(self, x)`) gets the last `logits_to_keep`
+        positions of the residual instead.
+        """
+        if not logits_to_keep:
+            return self.unembed(residual)
+        if isinstance(self.unembed, Unembed):
+            return self.unembed(residual, logits_to_keep)
+        return self.unembed(residual[:, -logits_to_keep:])  # [batch, logits_to_keep, d_model]
 
     def loss_fn(self, logits, tokens, attention_mask=None, per_token: bool = False):
         return lm_cross_entropy_loss(logits, tokens, attention_mask, per_token)

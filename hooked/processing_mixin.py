@@ -11,8 +11,28 @@ from __future__ import annotations
 import torch
 
 from hooked import weight_processing as wp
+from hooked.errors import ReplacedModuleError
 
 StateDict = dict[str, torch.Tensor]
+
+
+def check_components_not_replaced(model: torch.nn.Module) -> None:
+    """Raise `ReplacedModuleError` if a part weight processing rewrites is not one of hooked's own modules."""
+    parts = ["embed", "unembed", "ln_final"]
+    parts += [f"blocks.{i}.{name}" for i in range(len(model.blocks)) for name in ("attn", "mlp", "ln1", "ln2")]
+    for path in parts:
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue  # absent in this architecture (no ln_final, attention-only blocks)
+        if isinstance(module, torch.nn.Identity) and model.cfg.normalization_type is None:
+            continue  # the norm slot of a norm-free model
+        if not type(module).__module__.startswith("hooked."):
+            raise ReplacedModuleError(
+                f"{path} is a {type(module).__name__} (from {type(module).__module__}), not hooked's component: weight "
+                "processing cannot read or rewrite its weights. Process the weights before replacing the module "
+                "(model.process_weights_(), then splice it in), or put the original module back first"
+            )
 
 
 class WeightProcessingMixin:
@@ -29,8 +49,10 @@ class WeightProcessingMixin:
         """Process this model's weights (fold norms, center, ...) without changing its outputs.
 
         Steps already recorded in `cfg.weight_processing` are skipped with a warning, so
-        calling this twice equals calling it once.
+        calling this twice equals calling it once. Refused once a component was replaced by a
+        module of another package (its weights would be missed or misread): process first, then replace.
         """
+        check_components_not_replaced(self)
         self.load_and_process_state_dict(
             self.state_dict(),
             fold_ln=fold_ln,

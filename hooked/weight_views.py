@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
+from hooked.errors import ReplacedModuleError
 from hooked.scale.dispatch import read_weight
 from hooked.factored_matrix import FactoredMatrix
 from hooked.validation import check_token_range
@@ -19,11 +20,11 @@ class WeightViewsMixin:
 
     def block_weight(self, layer: int, name: str) -> torch.Tensor:
         """`blocks[layer].<name>` (e.g. `"attn.W_O"`), paged in if offloaded (a pipeline fetches it from its rank)."""
-        return read_weight(self.blocks[layer], name)
+        return _read_or_explain(self.blocks[layer], name, f"blocks.{layer}")
 
     def part_weight(self, part: str, name: str) -> torch.Tensor:
         """`<part>.<name>` of a non-block part (`"embed"`, `"pos_embed"`, `"unembed"`), as `block_weight`."""
-        return read_weight(getattr(self, part), name)
+        return _read_or_explain(getattr(self, part), name, part)
 
     def _stack(self, module: str, name: str) -> torch.Tensor:
         if module == "mlp" and self.cfg.num_experts:
@@ -131,6 +132,23 @@ class WeightViewsMixin:
         tokens = torch.as_tensor(tokens, device=W_U.device)
         check_token_range(tokens.reshape(-1), self.cfg.d_vocab_out, "tokens")
         return W_U[:, tokens].movedim(0, -1)
+
+
+def _read_or_explain(owner: torch.nn.Module, name: str, where: str) -> torch.Tensor:
+    """`read_weight`, with a replaced component that lacks the weight named in the error."""
+    try:
+        return read_weight(owner, name)
+    except AttributeError as e:
+        module_path, _, leaf = f"{where}.{name}".rpartition(".")
+        try:
+            holder = owner.get_submodule(name.rpartition(".")[0])
+        except AttributeError:
+            holder = owner
+        raise ReplacedModuleError(
+            f"{module_path} is a {type(holder).__name__}, which has no {leaf!r}: a replaced component must expose the "
+            f"weights the views read (e.g. a property returning the wrapped module's {leaf}), or read them from the "
+            "original module you replaced"
+        ) from e
 
 
 def _upcast(m: FactoredMatrix) -> FactoredMatrix:
