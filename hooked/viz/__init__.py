@@ -7,14 +7,18 @@ file (style, script and data inlined, nothing fetched), and `a + b` puts views o
 from hooked.viz._html import View, embedded_data
 from hooked.viz.attention import attention_patterns
 from hooked.viz.attribution import direct_logit_attribution
+from hooked.viz.feature import DashboardOptions, SAELatent, feature_dashboard
 from hooked.viz.logit_lens import logit_lens
 from hooked.viz.text import activations_over_text
 
 __all__ = [
+    "DashboardOptions",
+    "SAELatent",
     "View",
     "activations_over_text",
     "attention_patterns",
     "direct_logit_attribution",
     "embedded_data",
+    "feature_dashboard",
     "logit_lens",
 ]
