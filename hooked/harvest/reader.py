@@ -6,6 +6,9 @@ dataset far larger than RAM can feed an SAE or probe training loop:
     reader = ActivationReader("acts/")
     for batch in reader.batches(4096, shuffle=True, seed=0):
         x = batch["blocks.6.hook_resid_post"]   # [4096, d_model]
+
+`reader.stream(hook, batch_size)` is the same as an endless iterator of one hook's `[batch, d_model]` tensors:
+the `data_provider` SAELens's `SAETrainer` takes (docs/harvest-to-sae.md).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Each function returns a `View`: it renders in Jupyter, `.save(path)` writes one HTML
 file (style, script and data inlined, nothing fetched), and `a + b` puts views on one page.
+`feature_dashboard` shows where a direction or an SAE latent fires over a `hooked harvest` dataset.
 """
 
 from hooked.viz._html import View, embedded_data
