@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
         "harvest",
         help="store hook activations over a corpus as sharded safetensors (resumable, torchrun data-parallel)",
         description="Run a model over a corpus and store the activations of the given hooks in --out. Rerunning "
-        "the same command resumes after a crash, kill or Ctrl-C: complete shards are kept and only the shard in "
-        "progress is redone. Under torchrun each rank harvests its own shards.",
+        "the same command resumes after a crash, kill or Ctrl-C: complete shards are kept and only the shards not "
+        "yet written are redone. Under torchrun each rank harvests its own shards.",
         epilog="Corpus: a .txt file is ONE document (the whole file; with --tokenization concat documents are "
         "joined with EOS anyway); for one document per line, write a .jsonl file with one {\"text\": ...} per "
         "line. A directory is read in sorted path order, every .txt/.jsonl/.pt/.safetensors file under it. "

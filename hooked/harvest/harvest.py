@@ -132,7 +132,7 @@ def _interrupted_message(out: Path, kept: list[dict], total: int | None) -> str:
     tokens = sum(s["tokens"] for s in kept)
     of = f" of {total}" if total else ""
     return (f"{len(kept)} complete shards ({tokens}{of} tokens) are kept in {out}; rerun the same command to resume "
-            f"(only the shard in progress is redone)")
+            f"from there")
 
 
 def _check_args(model, context_length, batch_size, max_tokens, positions, tokenization) -> None:

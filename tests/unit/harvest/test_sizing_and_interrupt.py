@@ -108,7 +108,7 @@ def test_ctrl_c_says_how_many_shards_were_kept_and_rerunning_resumes(model_dir, 
     tokens = sum(s["tokens"] for s in kept)
     assert err == (f"hooked: interrupted: 3 complete shards ({tokens} of "
                    f"{sum(s['tokens'] for s in ActivationReader(tmp_path / 'full').shards)} tokens) are kept in {out}; "
-                   f"rerun the same command to resume (only the shard in progress is redone)"), err
+                   f"rerun the same command to resume from there"), err
     monkeypatch.setattr(harvest_module, "_forward", forward)
     assert main(_cli_args(model_dir, corpus_dir, out)) == 0
     assert_same_harvest(tmp_path / "full", out)
