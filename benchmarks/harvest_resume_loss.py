@@ -1,7 +1,6 @@
 """How much a `kill -9` near the end of a harvest costs: tokens redone on resume, default shards vs 256 MB shards.
 
-Runs `hooked harvest` in a subprocess, SIGKILLs it once the manifest lists shards holding `--kill-at` of the
-tokens, reruns the same command and reads how many tokens the resumed run had to compute again. The old default
+Runs `hooked harvest` in a subprocess, SIGKILLs it once its progress bar passes `--kill-at`, reruns the same command and reads how many tokens the resumed run had to compute again. The old default
 (one shard of about 256 MB) is run the same way, side by side:
 
     python benchmarks/harvest_resume_loss.py --model smollm2-135m --max-tokens 4096 --kill-at 0.8
@@ -18,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,22 +39,36 @@ def listed_tokens(out: Path) -> int:
         return 0
 
 
-def killed_then_resumed(args, out: Path, batches_per_shard: int | None, total: int) -> dict:
-    """Kill once `kill_at` of the tokens are listed, or at `kill_at` of the uninterrupted run's time if the shard is
-    too large for that; then resume and return what the resumed run recomputed."""
-    proc = subprocess.Popen(cli(args, out, batches_per_shard), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def killed_then_resumed(args, out: Path, batches_per_shard: int | None) -> dict:
+    """SIGKILL the harvest once its progress bar passes `kill_at`, resume it, and return what the resume recomputed."""
+    cmd = [c for c in cli(args, out, batches_per_shard) if c != "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    progress = [0]
+
+    def watch() -> None:  # tqdm redraws with \r: read bytes and keep the last percentage
+        text = b""
+        while chunk := proc.stderr.read1(4096):
+            text = (text + chunk)[-4096:]
+            found = re.findall(rb"(\d+)%\|", text)
+            if found:
+                progress[0] = int(found[-1])
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
     start = time.monotonic()
-    while proc.poll() is None and listed_tokens(out) < args.kill_at * total and \
-            time.monotonic() - start < args.kill_at * args.full_seconds:
+    while proc.poll() is None and progress[0] < 100 * args.kill_at:
+        if time.monotonic() - start > 3600:
+            raise TimeoutError("the harvest made no progress in an hour")
         time.sleep(0.01)
     finished_first = proc.poll() is not None
     if not finished_first:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    reader.join(timeout=10)
     kept = listed_tokens(out)
     done = subprocess.run(cli(args, out, batches_per_shard), capture_output=True, text=True, timeout=3600)
     redone = int(re.search(r"harvest: (\d+) tokens", done.stderr).group(1))
-    return dict(kept=kept, redone=redone, finished_before_kill=finished_first)
+    return dict(kept=kept, redone=redone, at=progress[0], finished_before_kill=finished_first)
 
 
 def main() -> None:
@@ -78,7 +92,7 @@ def main() -> None:
         Path(args.corpus).write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     start = time.monotonic()
     full = subprocess.run(cli(args, work / "full", None), capture_output=True, text=True, timeout=3600)
-    args.full_seconds = time.monotonic() - start
+    seconds = time.monotonic() - start
     manifest = json.loads((work / "full" / "manifest.json").read_text())
     total = sum(s["tokens"] for s in manifest["shards"])
     bps = manifest["identity"]["batches_per_shard"]
@@ -86,10 +100,10 @@ def main() -> None:
     old_bps = max(1, OLD_SHARD_BYTES // (row_bytes * args.context_length * args.batch_size))
     print(f"{total} tokens; default: {len(manifest['shards'])} shards of {bps} batches "
           f"({bps * args.batch_size * args.context_length * row_bytes / 2**20:.1f} MB); old default: "
-          f"{old_bps} batches per shard; uninterrupted run {args.full_seconds:.1f} s ({full.returncode=})")
+          f"{old_bps} batches per shard (one shard here); uninterrupted run {seconds:.1f} s ({full.returncode=})")
     for name, b in (("default", None), ("old 256 MB", old_bps)):
-        r = killed_then_resumed(args, work / name.replace(" ", "_"), b, total)
-        print(f"{name:>11}: killed with {r['kept']} tokens kept; resume recomputed {r['redone']} tokens = "
+        r = killed_then_resumed(args, work / name.replace(" ", "_"), b)
+        print(f"{name:>11}: killed at {r['at']}% with {r['kept']} tokens kept; resume recomputed {r['redone']} tokens = "
               f"{100 * r['redone'] / total:.1f}% of the harvest" + (" (finished before the kill)"
                                                                       if r["finished_before_kill"] else ""))
 
