@@ -55,7 +55,7 @@ class DashboardOptions:
 def feature_dashboard(
     reader,
     hook: str,
-    feature: torch.Tensor | SAELatent | tuple | FeatureFn,
+    feature: Float[torch.Tensor, "d"] | SAELatent | tuple | FeatureFn,
     model_or_tokenizer=None,
     *,
     options: DashboardOptions | None = None,
