@@ -230,6 +230,9 @@ def _run(model, contexts, corpus, hooks, stop, dtype, args, layout, done, rank, 
         shard_of_parts = shard
         bar.update(result["n_tokens"])
         stats["tokens"] += result["n_tokens"]
+        if len(parts) == bps:  # the shard is whole: to the writer now, so that a kill loses as little as possible
+            submit()
+            parts = []
 
     n_contexts = 0
     try:

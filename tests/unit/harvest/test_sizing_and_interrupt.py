@@ -104,9 +104,9 @@ def test_ctrl_c_says_how_many_shards_were_kept_and_rerunning_resumes(model_dir, 
     assert main(_cli_args(model_dir, corpus_dir, out)) == 130
     err = capsys.readouterr().err.strip().splitlines()[-1]
     kept = ActivationReader(out).shards
-    assert len(kept) == 3  # shards (= batches) 0-2 written; 3 and 4 not yet handed to the writer, 5 interrupted
+    assert len(kept) == 4  # shards (= batches) 0-3 written; batch 4 computed but not yet on the host, 5 interrupted
     tokens = sum(s["tokens"] for s in kept)
-    assert err == (f"hooked: interrupted: 3 complete shards ({tokens} of "
+    assert err == (f"hooked: interrupted: 4 complete shards ({tokens} of "
                    f"{sum(s['tokens'] for s in ActivationReader(tmp_path / 'full').shards)} tokens) are kept in {out}; "
                    f"rerun the same command to resume from there"), err
     monkeypatch.setattr(harvest_module, "_forward", forward)
