@@ -49,8 +49,8 @@ def add_parser(sub) -> None:
     p.add_argument("--text-field", default="text", help="JSONL / dataset field holding the text")
     p.add_argument("--batches-per-shard", type=int, default=None,
                    help="None: about 1/20 of the harvest per shard when its size is known (--max-tokens, or a corpus "
-                   "of at most 4M tokens, tokenized up front), kept between 4 and 64 MB, so a kill loses about 5%% at "
-                   "most; 64 MB shards otherwise")
+                   "of at most 4M tokens, tokenized up front), kept between 4 and 64 MB, so a kill loses about 1/20 of "
+                   "the harvest (plus the batch in flight); 64 MB shards otherwise")
     p.add_argument("--device", default=None, help="None: cuda:LOCAL_RANK if CUDA is available, else CPU")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 POSITIONS = ("all", "skip_bos", "last")
 SHARD_BYTES = 64 << 20  # the largest default shard (when the harvest's size is unknown)
 MIN_SHARD_BYTES = 4 << 20  # the smallest default shard (fewer, larger files for tiny harvests)
-SHARDS_PER_HARVEST = 20  # default shards per harvest of known size: a kill loses about 5% at most
+SHARDS_PER_HARVEST = 20  # default shards per harvest of known size: a kill loses ~1/20 of it
 PLAN_LIMIT_TOKENS = 4_000_000  # corpora up to this size are tokenized up front, to know the total
 
 

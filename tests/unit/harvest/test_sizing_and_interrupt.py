@@ -141,6 +141,6 @@ def test_help_shows_defaults_and_what_a_txt_corpus_is(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for shown in ("contexts per forward pass (default: 8)", "(default: float32)", "(default: all)",
                   "(default: concat)", "a .txt file (one document: the whole file)", "one document per line",
-                  "a kill loses about 5% at most", "Rerunning the same command resumes"):
+                  "a kill loses about 1/20 of the harvest (plus the batch in flight)", "Rerunning the same command resumes"):
         assert shown in text, shown
     assert "(default: None)" not in text
