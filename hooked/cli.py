@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return {"harvest": _harvest, "serve": _serve}.get(args.command, _inspect)(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("hooked: interrupted\n")
+    except KeyboardInterrupt as e:  # a harvest says what it kept and how to resume
+        sys.stderr.write("hooked: interrupted" + (f": {e}" if str(e) else "") + "\n")
         return 130
     except Exception as e:  # one line for the user; --debug for the traceback
         if args.debug:

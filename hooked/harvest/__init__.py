@@ -8,6 +8,6 @@
 from hooked.harvest.corpus import Corpus
 from hooked.harvest.harvest import harvest
 from hooked.harvest.reader import ActivationReader
-from hooked.harvest.writer import HarvestMismatchError, HarvestWriteError
+from hooked.harvest.writer import HarvestInterrupted, HarvestMismatchError, HarvestWriteError
 
-__all__ = ["ActivationReader", "Corpus", "HarvestMismatchError", "HarvestWriteError", "harvest"]
+__all__ = ["ActivationReader", "Corpus", "HarvestInterrupted", "HarvestMismatchError", "HarvestWriteError", "harvest"]

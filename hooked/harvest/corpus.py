@@ -10,6 +10,7 @@ padded in the batch and the padding never stored).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -201,6 +202,35 @@ def iter_contexts(corpus: Corpus, tokenizer, context_length: int, tokenization: 
                 yield torch.cat([torch.tensor([bos]), flat[:body]]), torch.cat([torch.tensor([-1]), flat_idx[:body]])
                 flat, flat_idx = flat[body:], flat_idx[body:]
             buf, idx, n = [flat], [flat_idx], flat.numel()
+
+
+@dataclass
+class Plan:
+    """How much a harvest will store, when the corpus was small enough to tokenize up front (else None fields)."""
+
+    contexts: Iterator  # every context, in order (the buffered ones first)
+    n_contexts: int | None  # contexts that fit in max_tokens
+    n_tokens: int | None  # real tokens in them
+
+    def n_batches(self, batch_size: int) -> int | None:
+        return None if self.n_contexts is None else -(-self.n_contexts // batch_size)
+
+
+def plan(contexts: Iterator, max_tokens: int | None, limit_tokens: int) -> Plan:
+    """Buffer contexts until the corpus (or `max_tokens`) ends, to know its size; give up past `limit_tokens`.
+
+    The buffered contexts are handed on, so the corpus is tokenized once either way.
+    """
+    contexts = iter(contexts)
+    buffered, n_tokens = [], 0
+    for tokens, doc_index in contexts:
+        buffered.append((tokens, doc_index))
+        if max_tokens is not None and n_tokens + tokens.numel() > max_tokens:
+            return Plan(itertools.chain(buffered, contexts), len(buffered) - 1, n_tokens)
+        n_tokens += tokens.numel()
+        if n_tokens > limit_tokens:
+            return Plan(itertools.chain(buffered, contexts), None, None)
+    return Plan(iter(buffered), len(buffered), n_tokens)
 
 
 def iter_batches(contexts, batch_size: int, max_tokens: int | None, pad_id: int) -> Iterator[Batch]:

@@ -21,13 +21,16 @@ import torch
 
 from hooked.errors import InputError
 from hooked.harvest import distributed, writer
-from hooked.harvest.corpus import Batch, Corpus, iter_batches, iter_contexts, special_ids
+from hooked.harvest.corpus import Batch, Corpus, iter_batches, iter_contexts, plan, special_ids
 from hooked.harvest.hooks import resolve_hooks, stop_layer
 from hooked.validation import to_dtype
 
 logger = logging.getLogger(__name__)
 POSITIONS = ("all", "skip_bos", "last")
-SHARD_BYTES = 256 << 20  # default shard size target
+SHARD_BYTES = 64 << 20  # the largest default shard (when the harvest's size is unknown)
+MIN_SHARD_BYTES = 4 << 20  # the smallest default shard (fewer, larger files for tiny harvests)
+SHARDS_PER_HARVEST = 20  # default shards per harvest of known size: a kill loses ~1/20 of it
+PLAN_LIMIT_TOKENS = 4_000_000  # corpora up to this size are tokenized up front, to know the total
 
 
 def harvest(
@@ -83,19 +86,21 @@ def harvest(
     stop = stop_layer(hooks, model.cfg.n_layers)
     shapes = _feature_shapes(model, hooks, stop)
     layout = "contexts" if tokenization == "concat" and positions != "last" else "rows"
-    if batches_per_shard is None:
-        row_bytes = sum(torch.Size(s).numel() for s in shapes.values()) * dtype.itemsize * context_length
-        batches_per_shard = max(1, SHARD_BYTES // max(1, row_bytes * batch_size))
-    args = dict(hooks=hooks, context_length=context_length, batch_size=batch_size, max_tokens=max_tokens,
-                dtype=str(dtype).removeprefix("torch."), positions=positions, tokenization=tokenization,
-                batches_per_shard=batches_per_shard, text_field=text_field)
-    identity = dict(model=model.cfg.model_name, config_sha256=config_hash(model.cfg),
-                    corpus_fingerprint=corpus.fingerprint, **args)
     if rank == 0:
         writer.check_writable(out)
     distributed.barrier()
     writer.check_writable(out)
     manifests = writer.read_manifests(out)
+    planned = plan(iter_contexts(corpus, model.tokenizer, context_length, tokenization), max_tokens, PLAN_LIMIT_TOKENS)
+    if batches_per_shard is None:
+        batches_per_shard = _resumed_batches_per_shard(manifests) or default_batches_per_shard(
+            shapes, dtype, context_length, batch_size, planned.n_batches(batch_size) or _estimate_batches(
+                max_tokens, context_length, batch_size))
+    args = dict(hooks=hooks, context_length=context_length, batch_size=batch_size, max_tokens=max_tokens,
+                dtype=str(dtype).removeprefix("torch."), positions=positions, tokenization=tokenization,
+                batches_per_shard=batches_per_shard, text_field=text_field)
+    identity = dict(model=model.cfg.model_name, config_sha256=config_hash(model.cfg),
+                    corpus_fingerprint=corpus.fingerprint, **args)
     writer.check_same_identity(out, manifests, identity)
     done = writer.completed_shards(manifests)
     own = [s for s in done.values() if s["index"] % world == rank]  # with world 1: every completed shard
@@ -104,11 +109,16 @@ def harvest(
                     hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()}, corpus=str(corpus.source),
                     world_size=world, rank=rank, shards=own, complete=False)
     shard_writer = writer.ShardWriter(out, manifest, rank, world)
+    total = planned.n_tokens if planned.n_tokens is not None else max_tokens
     start = time.perf_counter()
     try:
-        stats = _run(model, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress)
+        stats = _run(model, planned.contexts, corpus, hooks, stop, dtype, args, layout, done, rank, world,
+                     shard_writer, progress, total)
+    except KeyboardInterrupt:
+        kept = shard_writer.abort()
+        raise writer.HarvestInterrupted(_interrupted_message(out, kept, total)) from None
     except BaseException:
-        shard_writer.queue.put(None)
+        shard_writer.abort()
         raise
     manifest = shard_writer.close(complete=True)
     elapsed = time.perf_counter() - start
@@ -116,6 +126,35 @@ def harvest(
         manifest = distributed.merge_manifests(out, rank, world)
     _summary(out, manifest, stats, elapsed)
     return manifest
+
+
+def default_batches_per_shard(shapes: dict, dtype: torch.dtype, context_length: int, batch_size: int,
+                              n_batches: int | None) -> int:
+    """About 1/SHARDS_PER_HARVEST of the harvest per shard when its size is known, kept between MIN_SHARD_BYTES and
+    SHARD_BYTES: a killed run redoes only the shard in progress, so a small harvest loses a few percent at most."""
+    row_bytes = sum(torch.Size(s).numel() for s in shapes.values()) * dtype.itemsize  # one token, every hook
+    batch_bytes = max(1, row_bytes * context_length * batch_size)
+    most = max(1, SHARD_BYTES // batch_bytes)
+    if n_batches is None:
+        return most
+    least = max(1, MIN_SHARD_BYTES // batch_bytes)
+    return min(most, max(least, -(-n_batches // SHARDS_PER_HARVEST)))
+
+
+def _estimate_batches(max_tokens: int | None, context_length: int, batch_size: int) -> int | None:
+    return None if max_tokens is None else -(-max_tokens // (context_length * batch_size))
+
+
+def _resumed_batches_per_shard(manifests: list[dict]) -> int | None:
+    """A resumed harvest keeps the shard size it started with (the default may have changed since)."""
+    return manifests[0]["identity"].get("batches_per_shard") if manifests else None
+
+
+def _interrupted_message(out: Path, kept: list[dict], total: int | None) -> str:
+    tokens = sum(s["tokens"] for s in kept)
+    of = f" of {total}" if total else ""
+    return (f"{len(kept)} complete shards ({tokens}{of} tokens) are kept in {out}; rerun the same command to resume "
+            f"from there")
 
 
 def _check_args(model, context_length, batch_size, max_tokens, positions, tokenization) -> None:
@@ -178,16 +217,16 @@ def _forward(model, batch: Batch, hooks, stop, dtype, layout: str, positions: st
     return dict(acts, **{k: v.contiguous() for k, v in meta.items()})
 
 
-def _run(model, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress) -> dict:
+def _run(model, contexts, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress,
+         total: int | None) -> dict:
     """The batch loop: forward batch i while batch i-1 reaches the host; hand finished shards to the writer."""
     from tqdm.auto import tqdm
 
     _, _, pad = special_ids(model.tokenizer)
-    contexts = iter_contexts(corpus, model.tokenizer, args["context_length"], args["tokenization"])
     batches = iter_batches(contexts, args["batch_size"], args["max_tokens"], pad)
-    bps, max_tokens = args["batches_per_shard"], args["max_tokens"]
+    bps = args["batches_per_shard"]
     initial = sum(s["tokens"] for s in shard_writer.manifest["shards"])
-    bar = tqdm(total=max_tokens // world if max_tokens else None, initial=initial, unit="tok", unit_scale=True,
+    bar = tqdm(total=-(-total // world) if total else None, initial=initial, unit="tok", unit_scale=True,
                disable=not progress, desc="harvest" if world == 1 else f"harvest rank {rank}")
     stats = dict(tokens=0, rows=0, shards=0, skipped=0)
     parts: list[dict] = []
@@ -213,6 +252,9 @@ def _run(model, corpus, hooks, stop, dtype, args, layout, done, rank, world, sha
         shard_of_parts = shard
         bar.update(result["n_tokens"])
         stats["tokens"] += result["n_tokens"]
+        if len(parts) == bps:  # the shard is whole: to the writer now, so that a kill loses as little as possible
+            submit()
+            parts = []
 
     n_contexts = 0
     try:

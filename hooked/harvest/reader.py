@@ -6,10 +6,14 @@ dataset far larger than RAM can feed an SAE or probe training loop:
     reader = ActivationReader("acts/")
     for batch in reader.batches(4096, shuffle=True, seed=0):
         x = batch["blocks.6.hook_resid_post"]   # [4096, d_model]
+
+`reader.stream(hook, batch_size)` is the same as an endless iterator of one hook's `[batch, d_model]` tensors:
+the `data_provider` SAELens's `SAETrainer` takes (docs/harvest-to-sae.md).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +50,19 @@ class ActivationReader:
 
     def __len__(self) -> int:
         return sum(s["rows"] for s in self.shards)
+
+    def __repr__(self) -> str:
+        ident = self.manifest["identity"]
+        hooks = ", ".join(f"{h} {list(self.row_shape(h))}" for h in self.hooks)
+        state = "complete" if self.manifest.get("complete") else "unfinished"
+        return (f"ActivationReader({str(self.out)!r}: {len(self)} rows in {len(self.shards)} shards ({state}), "
+                f"{ident['dtype']}, hooks {hooks}; model {self.manifest['model']['name']}, context_length "
+                f"{ident['context_length']}, positions {ident['positions']!r}, {ident['tokenization']} tokenization)")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The stored activations' dtype."""
+        return getattr(torch, self.manifest["identity"]["dtype"])
 
     def row_shape(self, hook: str) -> tuple[int, ...]:
         return tuple(self.manifest["hooks"][hook]["row_shape"])
@@ -95,6 +112,18 @@ class ActivationReader:
                 buffer = _permute(buffer, gen)
             n = len(buffer[keys[0]])
             yield from _split(buffer, 0, n // batch_size * batch_size if drop_last else n, batch_size)
+
+    def stream(self, hook: str, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
+               dtype: torch.dtype | None = torch.float32, **batch_kwargs) -> Iterator[torch.Tensor]:
+        """Endless `[batch_size, *row_shape]` batches of one hook, epoch after epoch (epoch e shuffled with seed + e):
+        the `data_provider` SAELens's `SAETrainer` takes. Every batch is full; `dtype` converts (None: as stored)."""
+        if hook not in self.hooks:
+            raise InputError(f"Unknown hook {hook!r}: this harvest holds {self.hooks}.")
+        if len(self) < batch_size:
+            raise InputError(f"batch_size={batch_size} is more than the harvest's {len(self)} rows; pass a smaller one.")
+        for epoch in itertools.count():
+            for batch in self.batches(batch_size, [hook], shuffle, seed + epoch, drop_last=True, **batch_kwargs):
+                yield batch[hook] if dtype is None else batch[hook].to(dtype)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         return self.batches()

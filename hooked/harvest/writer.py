@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from hooked.errors import HookedError, InputError
 SHARD_NAME = "shard-{rank:03d}-{index:06d}.safetensors"
 MANIFEST = "manifest.json"
 FORMAT = "hooked-activations/1"
+logger = logging.getLogger(__name__)
 
 
 class HarvestWriteError(HookedError, OSError):
@@ -96,6 +99,10 @@ def write_bytes(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
+class HarvestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a harvest; the message says how many shards were kept and how to resume."""
+
+
 class ShardWriter:
     """Writes shards in submission order on one background thread (at most `depth` shards pending)."""
 
@@ -121,6 +128,16 @@ class ShardWriter:
         self.manifest.update(final)
         self._save_manifest()
         return self.manifest
+
+    def abort(self, timeout: float = 120.0) -> list[dict]:
+        """Stop after the shards already queued are written (waiting at most `timeout` s); the shards kept."""
+        deadline = time.monotonic() + timeout
+        try:
+            self.queue.put(None, timeout=timeout)
+        except queue.Full:
+            logger.warning("harvest: the shard writer did not drain in %.0f s; unwritten shards are dropped", timeout)
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        return list(self.manifest["shards"])
 
     def _raise(self) -> None:
         if self.error is not None:

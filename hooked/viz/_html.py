@@ -12,10 +12,7 @@ import uuid
 from pathlib import Path
 
 DATA_ID_PREFIX = "hooked-viz-data-"
-#: Views whose renderer lives in their own module register it here: kind -> JS `function(v, sec){...}`
-#: drawing the view `v` into its `<section>` `sec` (the helpers `el`, `fmt`, `highlight` are in scope).
-EXTRA_RENDERERS: dict[str, str] = {}
-#: ... and their CSS rules (scoped under `.hv`).
+#: CSS rules (scoped under `.hv`) of views whose renderer lives in their own module (`register_renderer`).
 EXTRA_CSS: list[str] = []
 
 _CSS = """
@@ -52,6 +49,10 @@ _CSS = """
  text-align:left;font-family:ui-monospace,Menlo,Consolas,monospace}
 .hv .pgrid .queries{display:flex;flex-direction:column;align-items:flex-end;padding-right:3px}
 .hv .pgrid .q{white-space:pre;overflow:hidden;max-width:110px;font-family:ui-monospace,Menlo,Consolas,monospace}
+.hv .legend{display:flex;align-items:center;gap:6px;margin:2px 0 4px 0;font-size:11px;color:#444}
+.hv .legend-bar{display:inline-block;width:160px;height:10px;border:1px solid #ccc;
+ background:linear-gradient(to right,rgba(210,50,40,1),rgba(210,50,40,0) 50%,rgba(30,90,200,0) 50%,rgba(30,90,200,1))}
+.hv .legend-bar.pos{background:linear-gradient(to right,rgba(30,90,200,0),rgba(30,90,200,1))}
 """
 
 _JS = r"""
@@ -144,15 +145,24 @@ R.bars=function(v,sec){
     rows.push(row);sec.appendChild(row);});
   sec.appendChild(info);
 };
+function visible(t){return /^\s+$/.test(t)?t.replace(/ /g,'\u2423').replace(/\t/g,'\u21e5'):t;}
+function legend(m,signed,note){
+  // the colour key: full colour at +m (and -m), transparent at 0
+  const g=el('div','legend');g.dataset.vmax=m;
+  g.appendChild(el('span','',signed?fmt(-m):fmt(0)));g.appendChild(el('span','legend-bar'+(signed?'':' pos')));
+  g.appendChild(el('span','',fmt(m)));g.appendChild(el('span','','full colour at '+(signed?'±':'')+fmt(m)+(note?' ('+note+')':'')));
+  return g;
+}
 R.text=function(v,sec){
-  const m=Math.max(1e-12,...v.values.map(Math.abs));
+  const m=v.scale>0?v.scale:1e-12;
+  sec.appendChild(legend(m,true,v.scale_note));
   const info=el('div','info','hover a token for its value');
-  const strip=tokenStrip(v.tokens,v.values.map(x=>diverging(x,m)),i=>{
+  const strip=tokenStrip(v.tokens.map(visible),v.values.map(x=>diverging(x,m)),i=>{
     info.textContent=JSON.stringify(v.tokens[i])+': '+(v.values[i]===null?'n/a':v.values[i]);
     highlight(strip.querySelectorAll('.tok'),n=>+n.dataset.pos===i);},i=>fmt(v.values[i]));
   sec.appendChild(strip);sec.appendChild(info);
 };
-/*EXTRA_RENDERERS*/
+/*RENDERERS*/
 data.views.forEach((v,n)=>{
   const sec=el('section');sec.dataset.kind=v.kind;sec.dataset.index=n;sec.appendChild(el('h3','',v.title));
   if(v.description)sec.appendChild(el('p','desc',v.description));notes(sec,v);
@@ -168,13 +178,47 @@ def _safe_json(data) -> str:
     return json.dumps(data, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+_RENDERERS: dict[str, str] = {}  # kind -> `R.kind=function(v,sec){...}` from the module that makes that kind
+
+
+def register_renderer(kind: str, js: str, css: str = "") -> None:
+    """Add the page-side drawing code of a view kind defined outside this module.
+
+    `js` assigns `R.kind=function(v,sec){...}`, drawing the view `v` into its `<section>` `sec`
+    (this script's helpers `el`, `fmt`, `highlight` are in scope); `css` holds its style rules.
+    """
+    _RENDERERS[kind] = js
+    if css and css not in EXTRA_CSS:
+        EXTRA_CSS.append(css)
+
+
+def shared_scales(views: list[dict]) -> list[dict]:
+    """Views with a `scale_group` and no `vmax` of their own share one colour scale: the largest `abs_max` among
+    them; with `vmax` a view keeps it. Each gets `scale` (full colour) and `scale_note` (what it is shared with)."""
+    groups: dict[str, list[dict]] = {}
+    for v in views:
+        if v.get("scale_group") and v.get("vmax") is None:
+            groups.setdefault(v["scale_group"], []).append(v)
+    out = []
+    for v in views:
+        if v.get("scale_group") is None:
+            out.append(v)
+        elif v.get("vmax") is not None:
+            out.append(dict(v, scale=v["vmax"], scale_note="vmax set"))
+        else:
+            group = groups[v["scale_group"]]
+            note = f"shared by the {len(group)} strips on this page" if len(group) > 1 else "this strip's largest |value|"
+            out.append(dict(v, scale=max(g["abs_max"] for g in group), scale_note=note))
+    return out
+
+
 def render_fragment(views: list[dict], title: str = "hooked") -> str:
     """A `<div>` with its style, data and script: embeddable in Jupyter or in a page."""
     uid = uuid.uuid4().hex[:12]
     root_id, data_id = f"hooked-viz-{uid}", f"{DATA_ID_PREFIX}{uid}"
-    extra = "".join(f"R[{json.dumps(kind)}]={js};\n" for kind, js in EXTRA_RENDERERS.items())
     script = _JS.replace("ROOT_ID", json.dumps(root_id)).replace("DATA_ID", json.dumps(data_id))
-    script = script.replace("/*EXTRA_RENDERERS*/", extra)
+    script = script.replace("/*RENDERERS*/", "\n".join(_RENDERERS.values()))
+    views = shared_scales(views)
     return (
         f'<div class="hv" id="{root_id}"><style>{_CSS}{"".join(EXTRA_CSS)}</style>'
         f'<script type="application/json" id="{data_id}">{_safe_json({"title": title, "views": views})}</script>'

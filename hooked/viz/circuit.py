@@ -16,7 +16,7 @@ import torch
 
 from hooked.circuits.graph import Graph
 from hooked.errors import InputError, InputTypeError
-from hooked.viz._html import EXTRA_CSS, EXTRA_RENDERERS, View
+from hooked.viz._html import View, register_renderer
 
 MAX_EDGES = 300
 _NODE = re.compile(r"a(\d+)(?:\.h(\d+))?$|m(\d+)$")
@@ -189,6 +189,4 @@ _CIRCUIT_JS = r"""function(v,sec){
   sec.appendChild(info);sec.appendChild(svg);
 }"""
 
-EXTRA_RENDERERS["circuit"] = _CIRCUIT_JS
-if _CIRCUIT_CSS not in EXTRA_CSS:
-    EXTRA_CSS.append(_CIRCUIT_CSS)
+register_renderer("circuit", f"R.circuit={_CIRCUIT_JS};", _CIRCUIT_CSS)

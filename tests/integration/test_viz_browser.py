@@ -81,6 +81,11 @@ def shown(tokens: list[str]) -> list[str]:
     return [t.replace("\n", "\\n") for t in tokens]
 
 
+def shown_in_text(tokens: list[str]) -> list[str]:
+    """Text strips also draw whitespace-only tokens visibly, a space as ␣."""
+    return [t.replace(" ", "␣") if t.strip() == "" else t for t in shown(tokens)]
+
+
 def highlighted(page, selector: str) -> list[str]:
     return page.eval_on_selector_all(selector, "els => els.filter(e => e.classList.contains('hl')).map(e => e.title)")
 
@@ -169,7 +174,7 @@ def test_text_strip_colours_and_hover(open_view, model, run):
     str_tokens, cache = run
     values = cache["post", 0][0, :, 1]
     page, errors = open_view(activations_over_text(str_tokens, values), "text")
-    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator(".tok").all_inner_texts() == shown_in_text(str_tokens)
     colours = page.eval_on_selector_all(".tok", "ts => ts.map(t => getComputedStyle(t).backgroundColor)")
     assert len(set(colours)) > 1
     page.hover(".tok >> nth=4")
@@ -244,5 +249,5 @@ def test_notebook_outputs_side_by_side(open_view, model, run, tmp_path):
     path.write_text("<!DOCTYPE html><meta charset='utf-8'><body>" + "".join(fragments) + "</body>")
     page, errors = open_view(path, "notebook")
     assert page.eval_on_selector_all("section", "ss => ss.map(s => s.dataset.kind)") == ["text", "bars"]
-    assert page.locator(".tok").all_inner_texts() == shown(str_tokens)
+    assert page.locator(".tok").all_inner_texts() == shown_in_text(str_tokens)
     assert errors == []
