@@ -95,4 +95,4 @@ def test_page_is_self_contained(scored, tmp_path):
 
     page = circuit_graph(scored.copy().top_k(25)).save(tmp_path / "c.html").read_text()
     assert not re.search(r"(src|href)\s*=|https?://|@import", page)
-    assert page.count("</script>") == 2 and "R[\"circuit\"]=function(v,sec)" in page
+    assert page.count("</script>") == 2 and "R.circuit=function(v,sec)" in page
