@@ -4,8 +4,6 @@ the labels a person reads are there, hovering highlights, the console stays clea
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,18 +12,12 @@ import torch
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.viz import activations_over_text, attention_patterns, direct_logit_attribution, logit_lens
 
-INSTALL = "apt-get install chromium && pip install 'playwright==1.65.2'"
-BROWSER = os.environ.get("HOOKED_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-if BROWSER is None or sync_playwright is None:
-    pytest.skip(f"the browser tests need Chromium and Playwright: {INSTALL}", allow_module_level=True)
+from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
+
+require_browser()
 
 torch.set_num_threads(1)
 PROMPT = "The quick brown fox jumps over the lazy dog."
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +36,6 @@ def run(model):
     return model.to_str_tokens(tokens[0]), cache
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=BROWSER, headless=True, args=["--no-sandbox"], timeout=60_000)
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def open_view(browser, tmp_path):
     """Save a view, open the file, and return (page, console errors); a screenshot must come out of it."""
@@ -60,19 +44,13 @@ def open_view(browser, tmp_path):
     def open_(view, name: str):
         """`view` is a View, or the path of a page already written."""
         path = view if isinstance(view, Path) else view.save(tmp_path / f"{name}.html")
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        errors = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(path.resolve().as_uri())
-        page.wait_for_selector("section")
+        page, _, errors, _ = open_page(browser, file_url(path))
         pages.append((page, errors, tmp_path / f"{name}.png"))
         return page, errors
 
     yield open_
     for page, errors, png in pages:
-        page.screenshot(path=str(png), full_page=True)
-        assert png.read_bytes().startswith(PNG) and png.stat().st_size > 2000, png
+        check_screenshot(page, png)
         assert errors == [], errors
         page.close()
 

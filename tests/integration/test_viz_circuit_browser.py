@@ -3,8 +3,6 @@ the circuit's nodes and edges are drawn in layers, hovering shows scores, the co
 
 from __future__ import annotations
 
-import os
-import shutil
 
 import pytest
 import torch
@@ -13,17 +11,11 @@ from hooked.circuits import edge_attribution_patching
 from hooked.viz import circuit_graph
 from tests.unit.circuits_models import logit_diff, make_model, token_pair
 
-INSTALL = "apt-get install chromium && pip install 'playwright==1.65.2'"
-BROWSER = os.environ.get("HOOKED_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-if BROWSER is None or sync_playwright is None:
-    pytest.skip(f"the browser tests need Chromium and Playwright: {INSTALL}", allow_module_level=True)
+from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
+
+require_browser()
 
 torch.set_num_threads(1)
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -34,33 +26,19 @@ def circuit():
     return graph.top_k(30)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=BROWSER, headless=True, args=["--no-sandbox"], timeout=60_000)
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def page_of(browser, tmp_path):
     """Open a saved view; after the test, a screenshot must come out and the console must be clean."""
     opened = []
 
     def open_(view, name):
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        errors = []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(view.save(tmp_path / f"{name}.html").resolve().as_uri())
-        page.wait_for_selector("svg.circuit", timeout=10_000)
+        page, _, errors, _ = open_page(browser, file_url(view.save(tmp_path / f"{name}.html")), wait_for="svg.circuit")
         opened.append((page, errors, tmp_path / f"{name}.png"))
         return page, errors
 
     yield open_
     for page, errors, png in opened:
-        page.screenshot(path=str(png), full_page=True)
-        assert png.read_bytes().startswith(PNG) and png.stat().st_size > 2000, png
+        check_screenshot(page, png)
         assert errors == [], errors
         page.close()
 

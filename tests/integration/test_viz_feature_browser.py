@@ -3,9 +3,7 @@ what a person reads is on the page, colours follow the one scale, hovering works
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,25 +13,11 @@ from hooked.harvest import ActivationReader, harvest
 from hooked.viz import DashboardOptions, activations_over_text, feature_dashboard
 from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
-INSTALL = "apt-get install chromium && pip install 'playwright==1.65.2'"
-BROWSER = os.environ.get("HOOKED_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-if BROWSER is None or sync_playwright is None:
-    pytest.skip(f"the browser tests need Chromium and Playwright: {INSTALL}", allow_module_level=True)
+from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
 
-PNG = b"\x89PNG\r\n\x1a\n"
+require_browser()
+
 BG = "els => els.map(e => getComputedStyle(e).backgroundColor)"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=BROWSER, headless=True, args=["--no-sandbox"], timeout=60_000)
-        yield b
-        b.close()
 
 
 @pytest.fixture
@@ -44,20 +28,13 @@ def open_view(browser, tmp_path):
 
     def open_(view, name: str):
         path = view.save(tmp_path / f"{name}.html")
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        errors, requests = [], []
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: requests.append(req.url))
-        page.goto(path.resolve().as_uri())
-        page.wait_for_selector("section")
+        page, _, errors, requests = open_page(browser, file_url(path))
         pages.append((page, errors, requests, path, tmp_path / f"{name}.png"))
         return page, errors
 
     yield open_
     for page, errors, requests, path, png in pages:
-        page.screenshot(path=str(png), full_page=True)
-        assert png.read_bytes().startswith(PNG) and png.stat().st_size > 2000, png
+        check_screenshot(page, png)
         assert errors == [], errors
         assert requests == [path.resolve().as_uri()], requests
         page.close()
