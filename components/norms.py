@@ -22,15 +22,22 @@ from hooked.hook_points import HookPoint
 
 def unedited(original: torch.Tensor, before: torch.Tensor, hooked: torch.Tensor) -> bool:
     """Whether hooks left `original` as it was: equal values (`before` is a copy taken before the
-    hooks ran) and, when autograd records either tensor, the very same tensor.
+    hooks ran) and, while autograd records, the same gradient path.
 
-    A value-equal but different tensor is an edit while gradients are tracked: `scale.detach()`
-    (a stop-gradient, as circuit-tracer's frozen norms) or a cached copy must cut the gradient
-    path through the original, so the computation has to go through the returned tensor.
+    A value-equal tensor that cuts the gradient path is an edit: `scale.detach()` (a stop-gradient,
+    as circuit-tracer's frozen norms) or a cached copy must be used as returned. A copy that keeps
+    the path (`x.clone()`, `x + 0`) is no edit, so the fused kernels stay bit for bit.
     """
-    if hooked is not original and (original.requires_grad or hooked.requires_grad):
+    if hooked is not original and _cuts_gradient(original, hooked):
         return False
     return torch.equal(before, hooked)
+
+
+def _cuts_gradient(original: torch.Tensor, hooked: torch.Tensor) -> bool:
+    """Whether `hooked` stops the gradient that would reach `original`: detached, or a new leaf."""
+    if original.requires_grad and not hooked.requires_grad:
+        return True
+    return hooked.requires_grad and hooked.grad_fn is None
 
 
 def _normalize(
