@@ -36,11 +36,23 @@ def _normalize(
     scale = (var + eps).sqrt()
     if hook_scale._bwd_fns:
         return x / hook_scale(scale)
+    if hook_scale.is_read_only:  # caching hooks only: the scale cannot change
+        hook_scale(scale)
+        return untouched()
     before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
-    if torch.equal(before, hooked):  # unchanged (the tensor itself or an equal copy): HF's kernel, bit for bit
-        return untouched()
-    return x / hooked
+    return _unless_edited(before, hooked, untouched, lambda: x / hooked)
+
+
+def _unless_edited(before: torch.Tensor, after: torch.Tensor, plain: Callable, edited: Callable) -> torch.Tensor:
+    """`plain()` if a hook left `before` unchanged (the tensor itself or an equal copy), else `edited()`.
+
+    Under `torch.compile` both are computed and one is selected on the device, so the
+    comparison needs no host sync and no graph break.
+    """
+    if torch.compiler.is_compiling():
+        return torch.where((before == after).all(), plain(), edited())
+    return plain() if torch.equal(before, after) else edited()
 
 
 def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -52,9 +64,12 @@ def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dty
     if not hook.observed:
         return n32
     cast = n32.to(dtype)  # [..., length]
+    if hook.is_read_only:  # caching hooks only: the value cannot change
+        hook(cast)
+        return n32
     before = cast.clone()
     hooked = hook(cast)
-    return n32 if torch.equal(hooked, before) else hooked.float()
+    return _unless_edited(before, hooked, lambda: n32, lambda: hooked.float())
 
 
 class _NormPre(nn.Module):
@@ -120,9 +135,10 @@ class LayerNorm(LayerNormPre):
         if not (self.hook_scale.observed or self.hook_normalized.observed):
             return self.affine(x)
         normalized = self.normalize(x)  # the hooks see (and may edit) the normalized input
-        if torch.equal(normalized, self.fused(x.float()).to(x.dtype)):  # unedited: the plain forward's value
+        if self.hook_scale.is_read_only and self.hook_normalized.is_read_only:  # caching only: nothing edited
             return self.affine(x)
-        return torch.addcmul(self.b, normalized, self.w)
+        plain = self.fused(x.float()).to(x.dtype)  # unedited: the plain forward's value
+        return _unless_edited(plain, normalized, lambda: self.affine(x), lambda: torch.addcmul(self.b, normalized, self.w))
 
     def affine(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
         """`normalized * w + b` in one kernel, as HF's `nn.LayerNorm`: in half precision it rounds once, not 3 times."""
