@@ -133,7 +133,9 @@ class ForwardState:
     def sdpa_mask(self, window: int | None = None) -> tuple[torch.Tensor | None, bool]:
         """`(attn_mask, is_causal)` for `scaled_dot_product_attention`."""
         if self.causal and window is None and self.attention_mask is None and self.n_queries == self.n_keys:
-            return None, self.n_queries > 1
+            if self.n_queries > 1:  # a branch, not a value: SDPA needs a plain bool, even for symbolic sizes
+                return None, True
+            return None, False
         return self.allowed(window), False
 
     def valid_queries(self, window: int | None = None) -> Bool[torch.Tensor, "batch 1 n_queries 1"] | None:

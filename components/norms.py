@@ -34,7 +34,7 @@ def _normalize(
     if not hook_scale.observed:  # nothing can read or edit the scale: skip computing it
         return untouched()
     scale = (var + eps).sqrt()
-    if hook_scale._bwd_fns:
+    if len(hook_scale._bwd_fns) > 0:  # len(), not truth: see HookPoint.__call__
         return x / hook_scale(scale)
     if hook_scale.is_read_only:  # caching hooks only: the scale cannot change
         hook_scale(scale)
@@ -130,7 +130,7 @@ class LayerNorm(LayerNormPre):
         self.b = nn.Parameter(torch.zeros(self.length, dtype=cfg.dtype))
 
     def forward(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:
-        if x.dtype != self.w.dtype or self.hook_scale._bwd_fns or self.hook_normalized._bwd_fns:
+        if x.dtype != self.w.dtype or len(self.hook_scale._bwd_fns) + len(self.hook_normalized._bwd_fns) > 0:
             return torch.addcmul(self.b, self.normalize(x), self.w)  # gradients flow through the hooks
         if not (self.hook_scale.observed or self.hook_normalized.observed):
             return self.affine(x)

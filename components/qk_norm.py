@@ -53,7 +53,7 @@ class PerHeadLayerNorm(LayerNormPre):
         return torch.addcmul(b, normalized, w)
 
     def _needs_grad_hooks(self) -> bool:
-        return bool(self.hook_scale._bwd_fns or self.hook_normalized._bwd_fns)
+        return len(self.hook_scale._bwd_fns) + len(self.hook_normalized._bwd_fns) > 0  # len(): see HookPoint
 
     def affine(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """One fused `layer_norm` per head with that head's gain and bias: [batch, pos, head, d_head]."""

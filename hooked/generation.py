@@ -426,7 +426,7 @@ def _decode_static(model, prompt: Prompt, opts: _Options, hooks: list) -> Genera
     hooks, gates, python = _static_hooks(model, hooks, opts.max_new_tokens, device)
     if opts.compile and python:
         warn_python_hooks(python)
-    step_fn = decode_step(cache, opts.compile and not python, opts.static_options.mode)
+    step_fn = decode_step(cache, opts.compile and not python, opts.static_options)
     all_done = torch.zeros(opts.max_new_tokens, dtype=torch.bool, device=device)  # [step]: every row stopped
     pending: list[torch.Tensor] = []
     interval = opts.static_options.stop_check_interval

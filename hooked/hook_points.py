@@ -145,7 +145,7 @@ class HookPoint(nn.Module):
     @property
     def observed(self) -> bool:
         """True if calling this hook point can do anything: a hook of any kind is attached."""
-        return bool(self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks)
+        return len(self._fwd_fns) + len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks) > 0
 
     @property
     def is_read_only(self) -> bool:
@@ -155,20 +155,23 @@ class HookPoint(nn.Module):
         `run_with_cache`'s savers do; any other hook, a backward hook or a torch module hook
         makes this False.
         """
-        if self._bwd_fns or self._forward_hooks or self._forward_pre_hooks:
+        if len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks) > 0:
             return False
         return all(getattr(fn, "reads_only", False) for fn in self._fwd_fns.values())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Bypasses nn.Module.__call__: an unhooked HookPoint costs a few dict checks.
-        if self._forward_hooks or self._forward_pre_hooks:
+        # Every test is an explicit len(): torch.compile (2.13) guards a dict's length when it is
+        # read by len(), but not when the dict is tested for truth, so a hook added after
+        # compiling would be silently skipped.
+        if len(self._forward_hooks) + len(self._forward_pre_hooks) > 0:
             return super().__call__(x)
-        if not (self._fwd_fns or self._bwd_fns):
+        if len(self._fwd_fns) + len(self._bwd_fns) == 0:
             return x
         return self.forward(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fwd_fns:
+        if len(self._fwd_fns) > 0:
             for fn in list(self._fwd_fns.values()):
                 try:
                     out = fn(x, hook=self)
@@ -177,7 +180,7 @@ class HookPoint(nn.Module):
                     raise
                 if out is not None:
                     x = self._check_replacement(out, x, fn)
-        if self._bwd_fns and x.requires_grad:
+        if len(self._bwd_fns) > 0 and x.requires_grad:
             x.register_hook(functools.partial(self._run_bwd_hooks, forward_call=self.n_forward_calls))
             self.n_forward_calls += 1
         return x

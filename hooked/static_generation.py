@@ -17,7 +17,6 @@ only at the chosen steps.
 from __future__ import annotations
 
 import warnings
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,10 +37,13 @@ class StaticCacheOptions:
             output is the same as checking every step.
         mode: the `torch.compile` mode of the decode step; None = "reduce-overhead" (CUDA
             graphs) on CUDA, the default mode elsewhere.
+        backend: the `torch.compile` backend ("inductor" generates kernels; "eager" or
+            "aot_eager" only trace, which is quick to compile and useful to test hooks).
     """
 
     stop_check_interval: int = 8
     mode: str | None = None
+    backend: str = "inductor"
 
     def __post_init__(self):
         if self.stop_check_interval < 1:
@@ -171,20 +173,21 @@ def _decode_step(model, newest: torch.Tensor, cache) -> Float[torch.Tensor, "bat
     return model(newest, past_kv_cache=cache, logits_to_keep=1)[:, -1]
 
 
-_COMPILED: dict[str, Callable] = {}
-_MARKED: weakref.WeakSet = weakref.WeakSet()
+_COMPILED: dict[tuple[str, str], Callable] = {}
 
 
-def decode_step(cache, compile: bool, mode: str | None) -> Callable:
-    """The decode step: `_decode_step`, compiled once per mode (every call of the same shapes reuses it)."""
+def decode_step(cache, compile: bool, options: StaticCacheOptions) -> Callable:
+    """The decode step: `_decode_step`, compiled once per mode and backend (calls of the same shapes reuse it)."""
     if not compile:
         return _decode_step
     device = cache.mask.device
-    mode = mode or ("reduce-overhead" if device.type == "cuda" else "default")
-    if mode not in _COMPILED:
-        _COMPILED[mode] = torch.compile(_decode_step, mode=mode, dynamic=False)
-    compiled = _COMPILED[mode]
-    if device.type != "cuda":
+    mode = options.mode or ("reduce-overhead" if device.type == "cuda" else "default")
+    key = (mode, options.backend)
+    if key not in _COMPILED:
+        mode_arg = mode if options.backend == "inductor" else None  # modes are inductor's
+        _COMPILED[key] = torch.compile(_decode_step, mode=mode_arg, backend=options.backend, dynamic=False)
+    compiled = _COMPILED[key]
+    if device.type != "cuda" or mode != "reduce-overhead":
         return compiled
     for tensor in cache.tensors():  # CUDA graphs replay fixed addresses: the cache must never move
         torch._dynamo.mark_static_address(tensor)
