@@ -43,7 +43,7 @@ class StaticCacheOptions:
 
     stop_check_interval: int = 8
     mode: str | None = None
-    backend: str = "inductor"
+    backend: str | Callable = "inductor"
 
     def __post_init__(self):
         if self.stop_check_interval < 1:
@@ -173,7 +173,7 @@ def _decode_step(model, newest: torch.Tensor, cache) -> Float[torch.Tensor, "bat
     return model(newest, past_kv_cache=cache, logits_to_keep=1)[:, -1]
 
 
-_COMPILED: dict[tuple[str, str], Callable] = {}
+_COMPILED: dict[tuple[str, str | Callable], Callable] = {}
 
 
 def decode_step(cache, compile: bool, options: StaticCacheOptions) -> Callable:
