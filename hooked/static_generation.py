@@ -101,7 +101,8 @@ class DeviceStepGate:
     def __call__(self, activation: torch.Tensor, *, hook) -> torch.Tensor:
         out = self.at.fn(activation, hook=hook)
         out = activation if out is None else out
-        return torch.where(self.active[self.model.forward_state.step_index], out, activation)
+        step = self.model.forward_state.step_index.reshape(1)  # [1]: indexing with a 0-d tensor would read it on the host
+        return torch.where(self.active.index_select(0, step), out, activation)
 
     def record_ran(self, n_steps_run: int) -> None:
         """Tell the wrapped `AtSteps` which of its steps ran (for its end-of-call check)."""
