@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 
+from hooked.errors import InputError
 from hooked.static_generation import AddVector, StaticCacheOptions, compile_safe
 from hooked.utils import at_steps
 from tests.helpers import hooked_from
@@ -153,10 +154,12 @@ def test_stop_checked_every_k_steps_gives_the_same_output():
 
 
 def test_bad_options_are_refused():
-    m = model()
-    with pytest.raises(Exception, match="cache_implementation='static'"):
-        m.generate(tokens(5), compile=True, verbose=False)
-    with pytest.raises(Exception, match="cache_implementation must be"):
-        m.generate(tokens(5), cache_implementation="sliding", verbose=False)
-    with pytest.raises(Exception, match="use_past_kv_cache=True"):
-        m.generate(tokens(5), cache_implementation="static", use_past_kv_cache=False, verbose=False)
+    m, kw = model(), dict(stop_at_eos=False, verbose=False)
+    with pytest.raises(InputError, match="cache_implementation='static'"):
+        m.generate(tokens(5), compile=True, **kw)
+    with pytest.raises(InputError, match="cache_implementation must be"):
+        m.generate(tokens(5), cache_implementation="sliding", **kw)
+    with pytest.raises(InputError, match="use_past_kv_cache=True"):
+        m.generate(tokens(5), cache_implementation="static", use_past_kv_cache=False, **kw)
+    with pytest.raises(ValueError, match="stop_check_interval"):
+        StaticCacheOptions(stop_check_interval=0)
