@@ -214,6 +214,8 @@ class StaticKeyValueCache:
         from hooked.components.forward_state import ForwardState
         from hooked.utils import positions_from_mask
 
+        if batch != self.mask.shape[0]:
+            raise ValueError(f"this static cache was built for batch size {self.mask.shape[0]}, the input has {batch}")
         if not self.prefilled:
             new = torch.ones(batch, n_new, dtype=torch.long, device=self.mask.device)
             new = new if attention_mask is None else attention_mask[:, -n_new:].to(new)  # [batch, n_new]
