@@ -11,7 +11,7 @@ every `hook_resid_post` (HF has neither). Prints milliseconds (decode: per gener
 token) and the ratio to HF eager.
 
     python benchmarks/compiled.py                 # SmolLM2-135M (bundled), the sizes above; CUDA if present
-    python benchmarks/compiled.py --small         # a random 4-layer Llama, 128 tokens, batch 1/4/8: minutes on a CPU
+    python benchmarks/compiled.py --small         # a random 2-layer Llama, 64 tokens, batch 1 and 4: minutes on a CPU
     python benchmarks/compiled.py --device cpu --repeats 3 --new-tokens 16
 """
 
@@ -70,7 +70,7 @@ def small_models():
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+        hidden_size=256, intermediate_size=768, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
         vocab_size=8192, max_position_embeddings=1024,
     )  # fmt: skip
     hf = LlamaForCausalLM(config).eval()
@@ -145,7 +145,7 @@ def report(title: str, med: dict[str, float], bound: float, per: int = 1) -> Non
 
 def main() -> None:
     parser = machine_parser(__doc__.splitlines()[0], repeats=5)
-    parser.add_argument("--small", action="store_true", help="a random 4-layer Llama and small sizes (CPU: minutes)")
+    parser.add_argument("--small", action="store_true", help="a random 2-layer Llama and small sizes (CPU: minutes)")
     parser.add_argument("--model", default="smollm2-135m", help="bundled model (without --small)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per decode (default 32; --small 16)")
@@ -163,7 +163,7 @@ def main() -> None:
     from hooked.static_generation import StaticCacheOptions
 
     static_options = StaticCacheOptions()
-    seq, batches = (128, [1, 4, 8]) if args.small else (512, [1, 8, 32])
+    seq, batches = (64, [1, 4]) if args.small else (512, [1, 8, 32])
     n_new = args.new_tokens or (16 if args.small else 32)
     bandwidth = copy_bandwidth(device)
     bound = weight_bytes(model) / bandwidth

@@ -20,8 +20,7 @@ from tests.unit.test_compile import GraphCounter, tokens
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False, output_logits=True)
 FAST = ["llama_gqa", "gpt2"]
-#: LongRoPE switches factors past 16 positions in this config: the static cache refuses to cross it
-SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in FAMILIES if f != "phi3"]
+SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in FAMILIES]
 
 
 @pytest.fixture(autouse=True)
@@ -163,3 +162,10 @@ def test_bad_options_are_refused():
         m.generate(tokens(5), cache_implementation="static", use_past_kv_cache=False, **kw)
     with pytest.raises(ValueError, match="stop_check_interval"):
         StaticCacheOptions(stop_check_interval=0)
+
+
+def test_longrope_switch_is_refused():
+    """The tiny Phi-3 switches to LongRoPE's long factors past 16 positions: a static cache cannot recompute its keys."""
+    m = model("phi3")
+    with pytest.raises(InputError, match="LongRoPE"):
+        m.generate(tokens(7), cache_implementation="static", **dict(GREEDY, max_new_tokens=12))
