@@ -119,6 +119,11 @@ def decode_variants(model, hf, tokens, n_new, steer, static_options) -> dict:
     def hf_generate(**kw):
         return hf.generate(tokens, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, **kw)
 
+    from transformers import CompileConfig
+
+    compile_config = CompileConfig()
+    compile_config._compile_all_devices = True  # HF compiles its static-cache forward on CUDA only, unless told
+
     return {
         "hooked eager": lambda: model.generate(tokens, **common),
         "hooked compiled (static)": lambda: model.generate(tokens, **common, **static),
@@ -131,7 +136,7 @@ def decode_variants(model, hf, tokens, n_new, steer, static_options) -> dict:
             tokens, return_cache=True, names_filter=resid, **common, **static
         ),
         "HF eager": lambda: hf_generate(),
-        "HF static + compile": lambda: hf_generate(cache_implementation="static"),
+        "HF static + compile": lambda: hf_generate(cache_implementation="static", compile_config=compile_config),
     }
 
 
@@ -149,6 +154,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="bundled model (without --small)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per decode (default 32; --small 16)")
+    parser.add_argument("--batches", type=int, nargs="+", default=None, help="batch sizes (default 1 8 32; --small 1 4)")
     args = parser.parse_args()
     apply_machine_options(args)
     torch._dynamo.config.recompile_limit = 64  # every shape and hook set below is its own graph
@@ -164,6 +170,7 @@ def main() -> None:
 
     static_options = StaticCacheOptions()
     seq, batches = (64, [1, 4]) if args.small else (512, [1, 8, 32])
+    batches = args.batches or batches
     n_new = args.new_tokens or (16 if args.small else 32)
     bandwidth = copy_bandwidth(device)
     bound = weight_bytes(model) / bandwidth

@@ -53,6 +53,26 @@ def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> No
         error.hook_point_name, error.hook_fn_name = name, fn_name
 
 
+class _HookHandle(RemovableHandle):
+    """A removable hook whose key is the next free slot of its hook point, not a global counter.
+
+    Adding and removing the same hooks again gives the same keys, so a compiled model's
+    guards on the hook dict (it guards the keys) match again instead of recompiling on
+    every `run_with_hooks` call. `remove` deletes only its own hook, never a later one that
+    reuses the slot.
+    """
+
+    def __init__(self, fns: OrderedDict, hook: HookFunction):
+        super().__init__(fns)
+        self.id = max(fns, default=-1) + 1
+        self.fn = hook
+
+    def remove(self) -> None:
+        fns = self.hooks_dict_ref()
+        if fns is not None and self.id in fns and fns[self.id] is self.fn:
+            del fns[self.id]
+
+
 class HookPoint(nn.Module):
     """An identity module marking one activation, where hooks can read or replace it.
 
@@ -93,7 +113,7 @@ class HookPoint(nn.Module):
             raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
         check_hook_fn(hook, repr(self.name))
         fns, handles = (self._fwd_fns, self.fwd_hooks) if dir == "fwd" else (self._bwd_fns, self.bwd_hooks)
-        handle = RemovableHandle(fns)
+        handle = _HookHandle(fns, hook)
         fns[handle.id] = hook
         lens = LensHandle(handle, is_permanent, level)
         if prepend:

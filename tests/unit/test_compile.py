@@ -150,3 +150,35 @@ def test_out_of_range_token_still_raises_under_compile():
     bad[0, 3] = m.cfg.d_vocab + 5
     with torch.no_grad(), pytest.raises(RuntimeError, match="outside the vocabulary"):
         m(bad)
+
+
+def test_repeated_hooked_calls_reuse_the_compiled_graph():
+    """Hooks get the same keys each time they are re-added, so the compiled graph's guards match again."""
+    m, counter, toks = model("llama_gqa"), GraphCounter(), tokens()
+    m.compile(backend=counter)
+
+    def steer(resid, hook):
+        return resid + 0.5
+
+    resid_post = lambda name: name.endswith("hook_resid_post")  # noqa: E731
+    with torch.no_grad():
+        for _ in range(3):
+            m.run_with_hooks(toks, fwd_hooks=[("blocks.0.hook_resid_post", steer)])
+        assert counter.graphs == 1
+        caches = [m.run_with_cache(toks, names_filter=resid_post)[1] for _ in range(3)]
+    assert counter.graphs == 2
+    for name in caches[0].keys():
+        assert torch.equal(caches[0][name], caches[2][name])
+
+
+def test_a_stale_handle_never_removes_a_later_hook():
+    from hooked.hook_points import HookPoint
+
+    hp = HookPoint()
+    first = hp.add_hook(lambda x, hook: x + 1)
+    first.hook.remove()
+    second = hp.add_hook(lambda x, hook: x + 2)  # reuses the freed slot
+    first.hook.remove()  # stale: must not touch the second hook
+    assert torch.equal(hp(torch.zeros(1)), torch.full((1,), 2.0))
+    second.hook.remove()
+    assert not hp.observed
