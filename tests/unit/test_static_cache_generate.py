@@ -98,6 +98,13 @@ def test_declarative_per_step_hooks_run_compiled():
         )  # fmt: skip
     assert_same_generation(static, expected)
     assert counter.graphs == 1  # the hooks and the step gate are inside the one compiled step
+    hooks = [("blocks.0.hook_resid_post", steer), ("blocks.1.attn.hook_z", at_steps(ablate, [0, 2, 3]))]
+    again = m.generate(
+        toks, attention_mask=mask, fwd_hooks=hooks, cache_implementation="static", compile=True,
+        static_options=StaticCacheOptions(backend=counter), **GREEDY,
+    )  # fmt: skip
+    assert torch.equal(again.sequences, static.sequences)
+    assert counter.graphs == 1  # a second call with the same hooks reuses the graph
     unhooked = m.generate(toks, attention_mask=mask, **GREEDY)
     assert not torch.equal(unhooked.sequences, static.sequences) or not torch.equal(unhooked.logits[0], static.logits[0])
 
