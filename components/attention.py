@@ -28,6 +28,7 @@ from hooked.components.rotary import (
     rotary_attention_factor,
     rotary_cos_sin,
     rotary_inv_freq,
+    rope_kind,
 )
 from hooked.config import HookedTransformerConfig
 from hooked.hook_points import HookPoint
@@ -183,7 +184,11 @@ class Attention(AttentionBuffers, nn.Module):
                 cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
             q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
-            k, v = state.past_kv_cache[self.layer].update(k, v)  # [batch, n_keys, kv_head, d_head]
+            entry = state.past_kv_cache[self.layer]
+            if state.query_columns is None:
+                k, v = entry.update(k, v)  # [batch, n_keys, kv_head, d_head]
+            else:  # a static cache: written at fixed columns, read whole
+                k, v = entry.update(k, v, state.query_columns)  # [batch, capacity, kv_head, d_head]
         if self._use_sdpa():
             z = self._attend_sdpa(q, k, v, state)
             if self._pattern_observed():  # read-only observers (caching): give them the explicit pattern
@@ -204,10 +209,20 @@ class Attention(AttentionBuffers, nn.Module):
     def _cos_sin(self, state: ForwardState, dtype):
         base, scaling, attention_factor, by_length = self._rope
         inv_freq = self.inv_freq
-        if by_length:  # dynamic NTK / LongRoPE: frequencies from this call's total length, as HF
+        if by_length and torch.compiler.is_compiling() and rope_kind(scaling) == "longrope":
+            inv_freq = self._longrope_inv_freq_on_device(state, base, scaling)
+        elif by_length:  # dynamic NTK / LongRoPE: frequencies from this call's total length, as HF
             seq_len = int(state.positions.max()) + 1
             inv_freq = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, seq_len).to(inv_freq.device)
         return rotary_cos_sin(state.positions, inv_freq, self.cfg.rotary_adjacent_pairs, dtype, attention_factor)
+
+    def _longrope_inv_freq_on_device(self, state: ForwardState, base: float, scaling: dict) -> torch.Tensor:
+        """LongRoPE's short or long frequencies, chosen on the device (no host sync under `torch.compile`)."""
+        original = scaling["original_max_position_embeddings"]
+        short = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, original)
+        long = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, original + 1)
+        use_long = state.positions.max() + 1 > original  # 0-d bool tensor
+        return torch.where(use_long, long.to(self.inv_freq.device), short.to(self.inv_freq.device))
 
     def _use_sdpa(self) -> bool:
         """Whether the output may come from SDPA: nothing can edit the scores or the pattern."""

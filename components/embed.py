@@ -62,7 +62,10 @@ class PosEmbed(nn.Module):
         self, positions: Int[torch.Tensor, "batch pos"], mask: Int[torch.Tensor, "batch pos"] | None = None
     ) -> Float[torch.Tensor, "batch pos d_model"]:
         """`W_pos[positions]`, zero where `mask` is 0 (the model's forward calls this)."""
-        if positions.numel() and int(positions.max()) >= self.n_ctx:
+        if torch.compiler.is_compiling():  # a device-side check: no host sync in a graph
+            message = f"a position is past n_ctx={self.n_ctx} learned positions; shorten the input"
+            torch._assert_async((positions < self.n_ctx).all(), message)
+        elif positions.numel() and int(positions.max()) >= self.n_ctx:
             raise ValueError(
                 f"Position {int(positions.max())} is past n_ctx={self.n_ctx} learned positions; "
                 "shorten the input (to_tokens(..., truncate=True) keeps the first n_ctx tokens)."

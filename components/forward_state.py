@@ -27,6 +27,12 @@ class ForwardState:
         step: 0 for a prefill, t for the t-th generated token.
         past_kv_cache: the `HookedTransformerKeyValueCache` in use, if any.
         tokens: the input tokens, when the call started from tokens.
+        query_columns: `[n_queries]` key columns the new positions are written to; None
+            means the last `n_queries` of the `n_keys` columns. A static KV cache (fixed
+            `n_keys`, filled from the left) sets it, as a device tensor.
+        step_index: with a static KV cache, `step` as a 0-d device tensor, for hooks that
+            run inside a compiled decode step (where `step` is None: a Python int there
+            would be baked into the graph).
     """
 
     attention_mask: Int[torch.Tensor, "batch n_keys"] | None
@@ -37,6 +43,8 @@ class ForwardState:
     step: int = 0
     past_kv_cache: Any = None
     tokens: Int[torch.Tensor, "batch n_queries"] | None = None
+    query_columns: Int[torch.Tensor, "n_queries"] | None = None
+    step_index: Int[torch.Tensor, ""] | None = None
     _memo: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -78,6 +86,8 @@ class ForwardState:
             attention_mask=move(self.attention_mask),
             positions=move(self.positions),
             tokens=move(self.tokens),
+            query_columns=move(self.query_columns),
+            step_index=move(self.step_index),
             _memo={},
         )
 
@@ -93,8 +103,7 @@ class ForwardState:
 
     def _build_allowed(self, window: int | None):
         device = self.positions.device
-        # Queries are the last n_queries of the n_keys columns.
-        q_col = torch.arange(self.n_keys - self.n_queries, self.n_keys, device=device)[:, None]  # [q, 1]
+        q_col = self.query_column_ids()[:, None]  # [q, 1]
         k_col = torch.arange(self.n_keys, device=device)[None, :]  # [1, k]
         allowed = None
         if self.causal and self.n_queries > 1 or window is not None:
@@ -107,10 +116,26 @@ class ForwardState:
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
+    def query_column_ids(self) -> Int[torch.Tensor, "n_queries"]:
+        """The key columns of the new positions: the last `n_queries` unless `query_columns` says otherwise."""
+        if self.query_columns is not None:
+            return self.query_columns
+        return torch.arange(self.n_keys - self.n_queries, self.n_keys, device=self.positions.device)
+
+    def new_mask(self) -> Int[torch.Tensor, "batch n_queries"] | None:
+        """The attention mask of the new positions only (None when nothing is padded)."""
+        if self.attention_mask is None:
+            return None
+        if self.query_columns is not None:
+            return self.attention_mask.index_select(1, self.query_columns)  # [batch, n_queries]
+        return self.attention_mask[:, -self.n_queries :]
+
     def sdpa_mask(self, window: int | None = None) -> tuple[torch.Tensor | None, bool]:
         """`(attn_mask, is_causal)` for `scaled_dot_product_attention`."""
         if self.causal and window is None and self.attention_mask is None and self.n_queries == self.n_keys:
-            return None, self.n_queries > 1
+            if self.n_queries > 1:  # a branch, not a value: SDPA needs a plain bool, even for symbolic sizes
+                return None, True
+            return None, False
         return self.allowed(window), False
 
     def valid_queries(self, window: int | None = None) -> Bool[torch.Tensor, "batch 1 n_queries 1"] | None:

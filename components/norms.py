@@ -62,8 +62,13 @@ def _normalize_edit(
     scale = (var + eps).sqrt()
     if hook_scale.needs_grad_path:
         return x / hook_scale(scale), True
+    if hook_scale.is_read_only:  # caching hooks only: the scale cannot change
+        hook_scale(scale)
+        return untouched(), False
     before = scale.clone()  # [batch, pos, 1]: cheap to compare, catches in-place edits
     hooked = hook_scale(scale)
+    if torch.compiler.is_compiling():  # both computed, one selected on the device: no host sync, no graph break
+        return torch.where((before == hooked).all(), untouched(), x / hooked), True
     if unedited(scale, before, hooked):  # unchanged (the tensor itself or an equal copy): HF's kernel, bit for bit
         return untouched(), False
     return x / hooked, True
@@ -78,8 +83,13 @@ def through_hook_normalized(hook: HookPoint, n32: torch.Tensor, dtype: torch.dty
     if not hook.observed:
         return n32
     cast = n32.to(dtype)  # [..., length]
+    if hook.is_read_only:  # caching hooks only: the value cannot change
+        hook(cast)
+        return n32
     before = cast.clone()
     hooked = hook(cast)
+    if torch.compiler.is_compiling():  # selected on the device: no host sync, no graph break
+        return torch.where((before == hooked).all(), n32, hooked.float())
     return n32 if unedited(cast, before, hooked) else hooked.float()
 
 
@@ -116,8 +126,13 @@ class _NormPre(nn.Module):
         cast = n32.to(x.dtype)  # [..., length]
         if not self.hook_normalized.observed:
             return cast, edited
+        if self.hook_normalized.is_read_only:  # caching hooks only: the value cannot change
+            self.hook_normalized(cast)
+            return cast, edited
         before = cast.clone()
         hooked = self.hook_normalized(cast)
+        if torch.compiler.is_compiling():  # no host sync: a possible edit, settled on the device by the caller
+            return hooked, True
         return hooked, edited or not unedited(cast, before, hooked)
 
     def fused(self, x32: torch.Tensor) -> torch.Tensor:
@@ -163,6 +178,9 @@ class LayerNorm(LayerNormPre):
         normalized, edited = self.normalize_edit(x)  # the hooks see (and may edit) the normalized input
         if not edited:  # the plain forward's value (and gradient path)
             return self.affine(x)
+        if torch.compiler.is_compiling():  # `edited` means "maybe" when compiled: select on the device
+            plain = self.fused(x.float()).to(x.dtype)  # the unedited normalized input
+            return torch.where((plain == normalized).all(), self.affine(x), torch.addcmul(self.b, normalized, self.w))
         return torch.addcmul(self.b, normalized, self.w)
 
     def affine(self, x: Float[torch.Tensor, "... length"]) -> Float[torch.Tensor, "... length"]:

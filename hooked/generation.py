@@ -37,7 +37,15 @@ from tqdm.auto import tqdm
 
 from hooked.components.rotary import longrope_switches
 from hooked.activation_cache import ActivationCache
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+from hooked.past_key_value_caching import HookedTransformerKeyValueCache, StaticKeyValueCache
+from hooked.static_generation import (
+    DeviceStepGate,
+    StaticCacheOptions,
+    StaticRecorder,
+    decode_step,
+    is_compile_safe,
+    warn_python_hooks,
+)
 from hooked.sampling import (token_counts, apply_repetition_penalty, apply_freq_penalty, top_k_filter, top_p_filter, sample_next_token, _check_sampling)  # noqa: F401  (re-exported)
 from hooked.errors import AttentionMaskError, GenerationHookError, InputError
 from hooked.utils import USE_DEFAULT_VALUE, AtSteps
@@ -145,6 +153,9 @@ class _Options:
     sampling: dict = field(default_factory=dict)  # keyword arguments of sample_next_token
     output_logits: bool = False
     verbose: bool = True
+    static: bool = False  # cache_implementation="static"
+    compile: bool = False  # compile the static path's decode step
+    static_options: StaticCacheOptions = field(default_factory=StaticCacheOptions)
 
 
 def _stop_tokens(model, stop_at_eos: bool, eos_token_id) -> tuple[list[int] | None, int | None]:
@@ -331,6 +342,8 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
     until the generator finishes, fails or is closed. Inference mode is entered per
     step, never across a `yield`, so a consumer of `generate_stream` is unaffected.
     """
+    if opts.static:
+        return (yield from _decode_static(model, prompt, opts, hooks))
     progress = _Progress.start(prompt, opts.max_new_tokens)
     at_steps_hooks = [fn for _, fn in hooks if isinstance(fn, AtSteps)]
     for fn in at_steps_hooks:
@@ -367,6 +380,107 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
     for fn in at_steps_hooks:
         fn.check()
     return progress
+
+
+# =========================================================================================
+# The static-cache loop: fixed shapes, an optionally compiled decode step
+# =========================================================================================
+def _static_hooks(model, hooks: list, n_steps: int, device) -> tuple[list, list, list]:
+    """`(hooks to attach, device step gates, Python hooks)`: `at_steps` around compile-safe hooks becomes a gate."""
+    attached, gates, python = [], [], []
+    for name, fn in hooks:
+        if isinstance(fn, AtSteps) and is_compile_safe(fn):
+            fn.model = model
+            fn.reset()
+            gate = DeviceStepGate(fn, model, n_steps, device)
+            attached.append((name, gate))
+            gates.append(gate)
+            continue
+        if isinstance(fn, AtSteps):
+            fn.model = model
+            fn.reset()
+        attached.append((name, fn))
+        if not is_compile_safe(fn):
+            python.append((name, fn))
+    python += [(hp.name, fn) for hp in model.hook_dict.values() for fn in hp._fwd_fns.values() if not is_compile_safe(fn)]
+    return attached, gates, python
+
+
+def _check_static(model, prompt: Prompt, capacity: int) -> None:
+    if longrope_switches(model.cfg, prompt.length, capacity):
+        raise InputError(
+            "cache_implementation='static' cannot cross LongRoPE's switch to its long factors (at "
+            f"{model.cfg.rotary_scaling['original_max_position_embeddings']} positions; this call may reach "
+            f"{capacity}): the cached keys would need recomputing. Use the default cache, or fewer max_new_tokens."
+        )
+
+
+def _decode_static(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+    """`_decode` with a `StaticKeyValueCache`: an eager prefill, then fixed-shape (compiled) decode steps.
+
+    Tokens are sampled on the device; whether every row has stopped is read once every
+    `stop_check_interval` steps, and steps past the stop are dropped, so tokens are yielded
+    in chunks at those checks.
+    """
+    progress = _Progress.start(prompt, opts.max_new_tokens)
+    device, capacity = prompt.mask.device, prompt.length + opts.max_new_tokens
+    _check_static(model, prompt, capacity)
+    cache = StaticKeyValueCache(model.cfg, prompt.batch, capacity, device)
+    hooks, gates, python = _static_hooks(model, hooks, opts.max_new_tokens, device)
+    if opts.compile and python:
+        warn_python_hooks(python)
+    step_fn = decode_step(cache, opts.compile and not python, opts.static_options)
+    all_done = torch.zeros(opts.max_new_tokens, dtype=torch.bool, device=device)  # [step]: every row stopped
+    pending: list[torch.Tensor] = []
+    interval = opts.static_options.stop_check_interval
+    bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
+    try:
+        with model.hooks(hooks):
+            for step in range(opts.max_new_tokens):
+                with torch.inference_mode(), _name_decode_hook_errors(step, True):
+                    if step == 0:
+                        logits = model(prompt.input, attention_mask=prompt.mask, past_kv_cache=cache, logits_to_keep=1)
+                        logits = logits[:, -1]  # [batch, d_vocab]
+                    else:
+                        logits = step_fn(model, next_tokens[:, None], cache)  # [batch, d_vocab]
+                    next_tokens = _next_tokens(logits, progress, opts)
+                    if opts.output_logits:
+                        progress.logits.append(logits.clone())
+                    progress.append(next_tokens, opts.stop_ids)
+                    if opts.stop_ids is not None:
+                        all_done[step] = progress.finished.all()
+                pending.append(next_tokens)
+                bar.update(1)
+                if (step + 1) % interval and step < opts.max_new_tokens - 1:
+                    continue
+                stopped_at = _first_stop(all_done[: step + 1]) if opts.stop_ids is not None else None
+                if stopped_at is not None:
+                    yield from pending[: len(pending) - (step - stopped_at)]
+                    _trim(progress, prompt.length + stopped_at + 1)
+                    break
+                yield from pending
+                pending = []
+    finally:
+        bar.close()
+        model.forward_state = None
+    for gate in gates:
+        gate.record_ran(progress.n_new)
+    for fn in [fn for _, fn in hooks if isinstance(fn, AtSteps)] + [gate.at for gate in gates]:
+        fn.check()
+    return progress
+
+
+def _first_stop(all_done: Bool[torch.Tensor, "step"]) -> int | None:
+    """The first step after which every row had stopped, or None (one host sync)."""
+    if not bool(all_done.any()):
+        return None
+    return int(all_done.int().argmax())
+
+
+def _trim(progress: _Progress, length: int) -> None:
+    """Drop the tokens (and logits) generated after every row had stopped."""
+    progress.logits = progress.logits[: length - progress.prompt.length]
+    progress.length = length
 
 
 # =========================================================================================
@@ -428,7 +542,8 @@ def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> G
     cache = None
     if recorder is not None:
         n_fed = progress.length - 1  # the last sampled token is never fed
-        cache = ActivationCache(model.shared_cache_dict(recorder.assemble()), model)
+        recorded = recorder.assemble(n_fed) if isinstance(recorder, StaticRecorder) else recorder.assemble()
+        cache = ActivationCache(model.shared_cache_dict(recorded), model)
         cache.attention_mask = progress.mask[:, :n_fed].clone()
         cache.tokens = progress.tokens[:, :n_fed].clone() if progress.prompt.tokens is not None else None
     sequences = progress.sequences().clone()
@@ -452,13 +567,14 @@ class _Call:
     prompt: Prompt
     opts: _Options
     hooks: list
-    recorder: _StepRecorder | None
+    recorder: _StepRecorder | StaticRecorder | None
 
 
 def _prepare(
     model, input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature, freq_penalty,
     use_past_kv_cache, prepend_bos, padding_side, return_type, verbose, repetition_penalty, attention_mask,
     fwd_hooks, return_cache, names_filter, device, output_logits, generator, seed,
+    cache_implementation=None, compile=None, static_options=None,
 ) -> _Call:  # fmt: skip
     if return_type not in RETURN_TYPES:
         raise InputError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
@@ -484,10 +600,34 @@ def _prepare(
         repetition_penalty=repetition_penalty,
     )  # fmt: skip
     stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=prompt.mask.device)
-    opts = _Options(max_new_tokens, use_past_kv_cache, stop_tensor, pad_id, sampling, output_logits, verbose)
-    recorder = _StepRecorder(model, names_filter, device, use_past_kv_cache) if return_cache else None
+    static, compile = _static_choice(cache_implementation, compile, use_past_kv_cache, prompt.mask.device)
+    static_options = StaticCacheOptions() if static_options is None else static_options
+    opts = _Options(
+        max_new_tokens, use_past_kv_cache, stop_tensor, pad_id, sampling, output_logits, verbose, static, compile,
+        static_options,
+    )  # fmt: skip
+    recorder = None
+    if return_cache and static:
+        names = model._names_from_filter(names_filter)
+        recorder = StaticRecorder(model, names, prompt.length + max_new_tokens, device)
+    elif return_cache:
+        recorder = _StepRecorder(model, names_filter, device, use_past_kv_cache)
     hooks = list(fwd_hooks) + (recorder.hooks() if recorder is not None else [])
     return _Call(prompt, opts, hooks, recorder)
+
+
+def _static_choice(cache_implementation, compile, use_past_kv_cache: bool, device) -> tuple[bool, bool]:
+    """`(static cache?, compile its decode step?)`; compile defaults to True on CUDA, False elsewhere."""
+    if cache_implementation not in (None, "dynamic", "static"):
+        raise InputError(f"cache_implementation must be None, 'dynamic' or 'static', got {cache_implementation!r}")
+    static = cache_implementation == "static"
+    if not static:
+        if compile:
+            raise InputError("compile=True compiles the static-cache decode step: pass cache_implementation='static'")
+        return False, False
+    if not use_past_kv_cache:
+        raise InputError("cache_implementation='static' is a KV cache: it needs use_past_kv_cache=True")
+    return True, (torch.device(device).type == "cuda") if compile is None else bool(compile)
 
 
 def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
@@ -524,6 +664,9 @@ def generate(
     output_logits: bool = False,
     generator: torch.Generator | None = None,
     seed: int | None = None,
+    cache_implementation: str | None = None,
+    compile: bool | None = None,
+    static_options: StaticCacheOptions | None = None,
 ):
     """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (docs/generation.md).
 
@@ -559,6 +702,12 @@ def generate(
         output_logits: also return each step's pre-sampling logits `[batch, d_vocab]`.
         generator: the `torch.Generator` to sample with.
         seed: make a generator seeded with this value.
+        cache_implementation: None/"dynamic" (a cache that grows) or "static" (HF's name):
+            a preallocated cache of prompt + max_new_tokens positions and fixed-shape decode
+            steps, see `hooked.static_generation` and docs/compiled.md.
+        compile: with the static cache, `torch.compile` the decode step (default: True on
+            CUDA, False elsewhere). Hooks that are not declarative keep the steps eager.
+        static_options: `StaticCacheOptions` (stop-check interval, compile mode).
 
     The sampling steps run in the order given in docs/generation.md ("Sampling order").
 
@@ -601,6 +750,9 @@ def generate_stream(
     output_logits: bool = False,
     generator: torch.Generator | None = None,
     seed: int | None = None,
+    cache_implementation: str | None = None,
+    compile: bool | None = None,
+    static_options: StaticCacheOptions | None = None,
 ) -> Generator[torch.Tensor | str | list[str], None, Any]:
     """`generate`, yielding the new tokens in chunks of at most `max_tokens_per_yield` as they come.
 

@@ -71,6 +71,26 @@ def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> No
         error.hook_point_name, error.hook_fn_name = name, fn_name
 
 
+class _HookHandle(RemovableHandle):
+    """A removable hook whose key is the next free slot of its hook point, not a global counter.
+
+    Adding and removing the same hooks again gives the same keys, so a compiled model's
+    guards on the hook dict (it guards the keys) match again instead of recompiling on
+    every `run_with_hooks` call. `remove` deletes only its own hook, never a later one that
+    reuses the slot.
+    """
+
+    def __init__(self, fns: OrderedDict, hook: HookFunction):
+        super().__init__(fns)
+        self.id = max(fns, default=-1) + 1
+        self.fn = hook
+
+    def remove(self) -> None:
+        fns = self.hooks_dict_ref()
+        if fns is not None and self.id in fns and fns[self.id] is self.fn:
+            del fns[self.id]
+
+
 class HookPoint(nn.Module):
     """An identity module marking one activation, where hooks can read or replace it.
 
@@ -111,7 +131,7 @@ class HookPoint(nn.Module):
             raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
         check_hook_fn(hook, repr(self.name))
         fns, handles = (self._fwd_fns, self.fwd_hooks) if dir == "fwd" else (self._bwd_fns, self.bwd_hooks)
-        handle = RemovableHandle(fns)
+        handle = _HookHandle(fns, hook)
         fns[handle.id] = hook
         lens = LensHandle(handle, is_permanent, level)
         if prepend:
@@ -163,9 +183,9 @@ class HookPoint(nn.Module):
     @property
     def observed(self) -> bool:
         """True if calling this hook point can do anything: a hook of any kind is attached, or nnsight waits on it."""
-        return bool(
-            self._fwd_fns or self._bwd_fns or self._forward_hooks or self._forward_pre_hooks or self.traced_by_nnsight
-        )
+        # len(), not truth: torch.compile guards a dict's length, not its truth (see __call__)
+        hooks = len(self._fwd_fns) + len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks)
+        return hooks > 0 or self.traced_by_nnsight
 
     @property
     def traced_by_nnsight(self) -> bool:
@@ -185,7 +205,7 @@ class HookPoint(nn.Module):
     def needs_grad_path(self) -> bool:
         """True if gradients must flow through this hook point's output: a backward hook is attached,
         or nnsight watches it while autograd records (its `.grad` reads the output's gradient)."""
-        return bool(self._bwd_fns) or (torch.is_grad_enabled() and self.traced_by_nnsight)
+        return len(self._bwd_fns) > 0 or (torch.is_grad_enabled() and self.traced_by_nnsight)
 
     @property
     def is_read_only(self) -> bool:
@@ -195,23 +215,26 @@ class HookPoint(nn.Module):
         `run_with_cache`'s savers do; any other hook, a backward hook or a torch module hook
         makes this False, and so does an nnsight trace waiting on it (an nnsight read may be an edit).
         """
-        if self._bwd_fns or self._forward_hooks or self._forward_pre_hooks or self.traced_by_nnsight:
+        if len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks) > 0 or self.traced_by_nnsight:
             return False
         return all(getattr(fn, "reads_only", False) for fn in self._fwd_fns.values())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Bypasses nn.Module.__call__: an unhooked HookPoint costs a few dict checks.
-        if self._forward_hooks or self._forward_pre_hooks:
+        # Every test is an explicit len(): torch.compile (2.13) guards a dict's length when it is
+        # read by len(), but not when the dict is tested for truth, so a hook added after
+        # compiling would be silently skipped.
+        if len(self._forward_hooks) + len(self._forward_pre_hooks) > 0:
             return super().__call__(x)
         forward = self.__dict__.get("forward")
         if forward is not None:  # a per-instance forward (nnsight's controller) sees every call
             return forward(x)
-        if not (self._fwd_fns or self._bwd_fns):
+        if len(self._fwd_fns) + len(self._bwd_fns) == 0:
             return x
         return self.forward(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fwd_fns:
+        if len(self._fwd_fns) > 0:
             for fn in list(self._fwd_fns.values()):
                 try:
                     out = fn(x, hook=self)
@@ -220,7 +243,7 @@ class HookPoint(nn.Module):
                     raise
                 if out is not None:
                     x = self._check_replacement(out, x, fn)
-        if self._bwd_fns and x.requires_grad:
+        if len(self._bwd_fns) > 0 and x.requires_grad:
             # The backward hooks of this forward are the ones attached now, as in TransformerLens (a
             # module backward hook is bound at forward time): a backward run after the `hooks()`
             # context closed (circuit-tracer's attribution) still reaches them.

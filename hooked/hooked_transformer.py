@@ -25,6 +25,7 @@ from hooked.dtypes import cast_parameter
 from hooked.scale.dispatch import execution_device
 from hooked.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.hook_points import HookedRootModule, HookPoint
+from hooked.past_key_value_caching import StaticKeyValueCache
 from hooked.processing_mixin import WeightProcessingMixin
 from hooked.token_index_mixin import TokenIndexMixin
 from hooked.tokenizer_mixin import TokenizerMixin
@@ -418,7 +419,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         state = self.forward_state
         for block in self.blocks[start_at_layer:stop_at_layer]:
             residual = block(residual, state, shortformer_pos_embed)
-        if past_kv_cache is not None and not past_kv_cache.frozen:
+        if past_kv_cache is not None and not past_kv_cache.frozen and not getattr(past_kv_cache, "counts_own_forwards", False):
             past_kv_cache.n_forwards += 1
         if stop_at_layer is not None:
             return residual
@@ -431,7 +432,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             return logits
         if tokens is None:
             raise ValueError("A loss needs tokens: pass tokens= when starting from embeddings or a residual")
-        new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
+        new_mask = state.new_mask()
         loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else Output(logits, loss)
 
@@ -492,7 +493,7 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         elif hasattr(self.embed, "ln"):  # given token embeddings still pass Bloom's post-embedding norm, as in HF
             embeds = self.embed.ln(embeds)
         embeds = self.hook_embed(embeds)  # [batch, pos, d_model]
-        new_mask = None if state.attention_mask is None else state.attention_mask[:, -n_new:]
+        new_mask = state.new_mask()
         residual, shortformer_pos_embed = self._add_pos_embed(embeds, state.positions, new_mask)
         return residual, tokens, shortformer_pos_embed, attention_mask
 
@@ -559,6 +560,10 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
         device = self.input_device
         if past_kv_cache is not None:
             check_kv_cache(past_kv_cache, self.cfg, batch)
+        causal = self.cfg.attention_dir == "causal"
+        if isinstance(past_kv_cache, StaticKeyValueCache):  # fixed shapes: the cache builds the state
+            mask = None if attention_mask is None else mask_dtype_check(attention_mask).to(device).long()
+            return past_kv_cache.forward_state(batch, n_new, mask, causal, step)
         n_cached = past_kv_cache.n_cached if past_kv_cache is not None else 0
         mask = None if attention_mask is None else mask_dtype_check(attention_mask).to(device).long()
         if past_kv_cache is not None:
@@ -575,7 +580,6 @@ class HookedTransformer(TokenizerMixin, TokenIndexMixin, WeightViewsMixin, Weigh
             positions = positions_from_mask(mask)[:, -n_new:]  # [batch, pos]
         if step is None:
             step = past_kv_cache.n_forwards if past_kv_cache is not None else 0
-        causal = self.cfg.attention_dir == "causal"
         return ForwardState(mask, positions, n_new, n_cached + n_new, causal, step, past_kv_cache)
 
     def get_pos_offset(self, past_kv_cache, batch_size: int) -> int:

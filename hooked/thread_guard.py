@@ -9,7 +9,9 @@ a thread that enters a model (a forward, a `hooks()` context, `run_with_hooks`,
 nested contexts). Use one model per thread (`copy.deepcopy(model)`) or a lock.
 
 The claim is kept in a module-level weak map, not on the model, so copies and pickles
-of a model never inherit it.
+of a model never inherit it. Inside a `torch.compile`d region the guard steps aside
+(dynamo cannot trace `threading.get_ident`, and a thread id has no place in a graph):
+concurrent calls of a compiled model are not detected, so give each thread its own copy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import contextlib
 import threading
 import weakref
 from typing import Iterator
+
+import torch
 
 from hooked.errors import ConcurrentUseError
 
@@ -28,6 +32,9 @@ _CLAIMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> [th
 @contextlib.contextmanager
 def exclusive(model) -> Iterator[None]:
     """Hold `model` for the current thread; raise `ConcurrentUseError` if another thread holds it."""
+    if torch.compiler.is_compiling():  # being traced: no thread ids in a graph
+        yield
+        return
     me = threading.get_ident()
     with _LOCK:
         claim = _CLAIMS.get(model)

@@ -93,7 +93,11 @@ def check_token_shape(tokens: torch.Tensor, name: str = "tokens") -> None:
 
 
 def check_token_range(tokens: torch.Tensor, d_vocab: int, name: str = "tokens") -> None:
-    """Every id in `[0, d_vocab)`; one `aminmax` over the ids."""
+    """Every id in `[0, d_vocab)`; one `aminmax` over the ids (a device-side assertion under `torch.compile`)."""
+    if torch.compiler.is_compiling():
+        in_range = (tokens >= 0).all() & (tokens < d_vocab).all()
+        torch._assert_async(in_range, f"{name} contains a token id outside the vocabulary [0, {d_vocab}) of this model")
+        return
     lo, hi = (int(v) for v in torch.aminmax(tokens))
     if lo < 0 or hi >= d_vocab:
         bad = lo if lo < 0 else hi
@@ -139,6 +143,9 @@ def mask_is_all_ones(mask: torch.Tensor) -> bool:
     """Whether a `[batch, pos]` long mask is all ones; raises if any value is not 0 or 1 (one reduction)."""
     if mask.numel() == 0:
         return True
+    if torch.compiler.is_compiling():  # no value-dependent branch in a graph: a padded mask is right for all
+        torch._assert_async(((mask == 0) | (mask == 1)).all(), "attention_mask must hold only 0 and 1")
+        return False
     lo, hi = (int(v) for v in torch.aminmax(mask))
     if lo < 0 or hi > 1:
         raise AttentionMaskError(f"attention_mask must hold only 0 and 1, but contains {lo if lo < 0 else hi}")
