@@ -123,7 +123,10 @@ def _add_tl_buffers(module: AttentionBuffers, state_dict, prefix: str, local_met
     if prefix:  # part of a larger module: hooked's own format, no n_ctx² buffers per layer
         return
     for name in module._tl_buffer_names():
-        state_dict[name] = getattr(module, name).detach()
+        # built, not stored: reading `module.mask` would store it and switch the layer to the stored-buffer
+        # path, and a state dict taken for inspection (accelerate's dispatch does) must change nothing
+        stored = module._buffers.get(name)
+        state_dict[name] = (stored if stored is not None else module._default_tl_buffer(name)).detach()
 
 
 def _take_tl_buffers(module: AttentionBuffers, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):

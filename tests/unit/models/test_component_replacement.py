@@ -183,6 +183,8 @@ def test_a_standalone_attention_state_dict_carries_tl_buffers_and_a_models_does_
     attn = model.blocks[1].attn
     state = attn.state_dict()
     assert {"mask", "IGNORE", "rotary_sin", "rotary_cos"} <= set(state)
+    # taking a state dict (accelerate's dispatch does, per module) leaves the layer on per-call masks
+    assert not set(attn._buffers) & {"mask", "IGNORE", "rotary_sin", "rotary_cos"}
     assert not any(k.endswith(("mask", "IGNORE")) for k in model.state_dict())
     other = tiny_model().blocks[1].attn
     other.load_state_dict(state)  # strict: the buffers are taken, equal to the defaults so not stored
