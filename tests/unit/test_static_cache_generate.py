@@ -16,18 +16,9 @@ from hooked.static_generation import AddVector, StaticCacheOptions, compile_safe
 from hooked.utils import at_steps
 from tests.helpers import hooked_from
 from tests.precision_models import FAMILIES
-from tests.unit.test_compile import GraphCounter, tokens
+from tests.unit.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False, output_logits=True)
-FAST = ["llama_gqa", "gpt2"]
-SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in FAMILIES]
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def padded_prompt():
