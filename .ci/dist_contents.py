@@ -47,7 +47,9 @@ def check_sdist(sdist: Path) -> None:
     if leaked:
         raise SystemExit(f"the sdist carries {leaked[:5]}")
     sources = {n for n in names if n.endswith(".py")}
-    wanted = {f"{folder}/{p.relative_to(TREE / folder).as_posix()}" for folder in ROOTS for p in (TREE / folder).rglob("*.py")}
+    wanted = {
+        f"{folder}/{p.relative_to(TREE / folder).as_posix()}" for folder in ROOTS for p in (TREE / folder).rglob("*.py")
+    }
     if wanted - sources:
         raise SystemExit(f"the sdist lacks {sorted(wanted - sources)[:5]}")
     print(f"sdist: {len(names)} entries, every module present, no tests/benchmarks/notebooks/docs")

@@ -60,9 +60,24 @@ def check_cli(work: Path) -> None:
     corpus = work / "corpus.txt"
     corpus.write_text("\n".join(f"Line {i} of a small corpus about towers and cities." for i in range(40)))
     out = work / "harvest"
-    run(hooked, "harvest", "--model", "smollm2-135m", "--corpus", str(corpus), "--hooks",
-        "blocks.1.hook_resid_post", "--out", str(out), "--context-length", "16", "--max-tokens", "128",
-        "--no-progress", cwd=work)
+    run(
+        hooked,
+        "harvest",
+        "--model",
+        "smollm2-135m",
+        "--corpus",
+        str(corpus),
+        "--hooks",
+        "blocks.1.hook_resid_post",
+        "--out",
+        str(out),
+        "--context-length",
+        "16",
+        "--max-tokens",
+        "128",
+        "--no-progress",
+        cwd=work,
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest, "empty harvest manifest"
     print("hooked --help, inspect and harvest ran")

@@ -49,7 +49,9 @@ def main() -> None:
     print(f"smallest_circuit: {search_s:.1f} s, {len(found.evaluations)} circuits, {found.n_forwards} forwards")
     per_circuit = search_s / found.n_forwards
     print(f"per forward: {per_circuit:.2f} s = {per_circuit / forward_s:.1f}x one plain forward ({forward_s:.3f} s)")
-    print("evaluations (k, edges, faithfulness):", [(e.k, e.n_edges, round(e.faithfulness, 3)) for e in found.evaluations])
+    print(
+        "evaluations (k, edges, faithfulness):", [(e.k, e.n_edges, round(e.faithfulness, 3)) for e in found.evaluations]
+    )
 
     path = Path(tempfile.mkdtemp()) / "scores.json"
     save_s = timed(lambda: graph.save(path))[0]

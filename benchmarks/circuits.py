@@ -102,7 +102,14 @@ def main() -> None:
         fb_t.append(timed(lambda: forward_backward(model, clean, metric))[0])
         for steps, out in ((args.steps, ig_t), (2 * args.steps, ig2_t)):
             ig = partial(
-                edge_attribution_patching, model, clean, corrupted, metric, "eap-ig", steps, steps_per_forward=1,
+                edge_attribution_patching,
+                model,
+                clean,
+                corrupted,
+                metric,
+                "eap-ig",
+                steps,
+                steps_per_forward=1,
                 verbose=False,
             )
             out.append(timed(ig)[0])

@@ -90,7 +90,7 @@ def bundled_models(name: str):
 # -- what is timed ---------------------------------------------------------------------------------
 def steering_hooks(model) -> list:
     """One declarative steering hook on the middle layer's residual stream (the same object every call)."""
-    from hooked.static_generation import AddVector
+    from hooked.generation.static_cache import AddVector
 
     vector = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(1)).to(model.cfg.device)
     return [(f"blocks.{model.cfg.n_layers // 2}.hook_resid_post", AddVector(vector, 4.0))]
@@ -117,7 +117,9 @@ def decode_variants(model, hf, tokens, n_new, steer, static_options) -> dict:
     mask = torch.ones_like(tokens)
 
     def hf_generate(**kw):
-        return hf.generate(tokens, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, **kw)
+        return hf.generate(
+            tokens, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, **kw
+        )
 
     from transformers import CompileConfig
 
@@ -145,7 +147,9 @@ def report(title: str, med: dict[str, float], bound: float, per: int = 1) -> Non
     print(f"\n{title}")
     for name, seconds in med.items():
         print(f"  {name:36s} {seconds / per * 1000:9.2f} ms   ratio to HF eager {seconds / base:5.2f}")
-    print(f"  {'bandwidth bound (weights once)':36s} {bound * 1000:9.2f} ms   ratio to HF eager {bound * per / base:5.2f}")
+    print(
+        f"  {'bandwidth bound (weights once)':36s} {bound * 1000:9.2f} ms   ratio to HF eager {bound * per / base:5.2f}"
+    )
 
 
 def main() -> None:
@@ -154,7 +158,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="bundled model (without --small)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per decode (default 32; --small 16)")
-    parser.add_argument("--batches", type=int, nargs="+", default=None, help="batch sizes (default 1 8 32; --small 1 4)")
+    parser.add_argument(
+        "--batches", type=int, nargs="+", default=None, help="batch sizes (default 1 8 32; --small 1 4)"
+    )
     args = parser.parse_args()
     apply_machine_options(args)
     torch._dynamo.config.recompile_limit = 64  # every shape and hook set below is its own graph
@@ -166,7 +172,7 @@ def main() -> None:
     compiled = copy.deepcopy(model)
     compiled.compile()  # model.compile(): run_with_cache and run_with_hooks go through the compiled forward
     hf_compiled = torch.compile(hf)
-    from hooked.static_generation import StaticCacheOptions
+    from hooked.generation.static_cache import StaticCacheOptions
 
     static_options = StaticCacheOptions()
     seq, batches = (64, [1, 4]) if args.small else (512, [1, 8, 32])

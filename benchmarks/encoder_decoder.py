@@ -22,10 +22,16 @@ from _machine import apply_machine_options, machine_parser
 def models():
     import transformers
 
-    from hooked.hooked_encoder_decoder import HookedEncoderDecoder
+    from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 
     config = transformers.T5Config(
-        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, decoder_start_token_id=0,
+        vocab_size=32128,
+        d_model=512,
+        d_kv=64,
+        d_ff=2048,
+        num_layers=6,
+        num_heads=8,
+        decoder_start_token_id=0,
         eos_token_id=1,
     )
     torch.manual_seed(0)
@@ -63,12 +69,18 @@ def main() -> None:
         hf_tokens = hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)
         tokens = model.generate(prompt, max_new_tokens=n, stop_at_eos=False, do_sample=False, verbose=False)
         print(f"same {n} greedy tokens: {torch.equal(hf_tokens, tokens)}")
-        compare("forward 4x128 -> 4x64", lambda: hf(input_ids=encoder, decoder_input_ids=decoder),
-                lambda: model(encoder, decoder_input=decoder), args.repeats)
-        compare(f"generate {n} tokens, batch 1",
-                lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False),
-                lambda: model.generate(prompt, max_new_tokens=n, stop_at_eos=False, do_sample=False, verbose=False),
-                args.repeats)
+        compare(
+            "forward 4x128 -> 4x64",
+            lambda: hf(input_ids=encoder, decoder_input_ids=decoder),
+            lambda: model(encoder, decoder_input=decoder),
+            args.repeats,
+        )
+        compare(
+            f"generate {n} tokens, batch 1",
+            lambda: hf.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False),
+            lambda: model.generate(prompt, max_new_tokens=n, stop_at_eos=False, do_sample=False, verbose=False),
+            args.repeats,
+        )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import time
 import torch
 from _machine import apply_machine_options, machine_parser
 
-
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = CLOCKS["wall"]
 
@@ -129,7 +128,12 @@ def main() -> None:
     parser.add_argument("--only-mixtral", action="store_true", help="only the mixture-of-experts row")
     parser.add_argument("--only-pythia", action="store_true", help="only the Pythia-160m-sized row")
     parser.add_argument("--model", default=None, help="only this bundled real model's row (e.g. gemma-3-270m)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="cpu: process CPU time (steadier on a shared machine, 1 thread)")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="cpu: process CPU time (steadier on a shared machine, 1 thread)",
+    )
     args = parser.parse_args()
     apply_machine_options(args)
     global clock

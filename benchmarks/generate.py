@@ -81,7 +81,9 @@ def main() -> None:
     pad_id = model.tokenizer.pad_token_id
     print(f"{args.model} fp32 CPU, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, "
           f"median {args.clock} time of {args.repeats} (after one warm-up)")  # fmt: skip
-    print(f"{'batch':>5} {'hooks':>13} {'hooked tok/s':>13} {'HF tok/s':>9} {'ratio':>6} {'pairs q1-q3':>12}  same tokens")
+    print(
+        f"{'batch':>5} {'hooks':>13} {'hooked tok/s':>13} {'HF tok/s':>9} {'ratio':>6} {'pairs q1-q3':>12}  same tokens"
+    )
     for batch in args.batches:
         tokens, mask = model.to_tokens(PROMPTS[:batch], padding_side="left", return_attention_mask=True)
         for hooks_label, hooks in [("none", []), ("1 no-op/layer", hook_per_layer(model))]:
@@ -101,7 +103,9 @@ def main() -> None:
             ours_rate, hf_rate = n / statistics.median(ours), n / statistics.median(theirs)
             ratio = ours_rate / hf_rate
             q1, _, q3 = pair_quartiles(ours, theirs)
-            print(f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f} {q1:>5.2f}-{q3:<6.2f}  {same}")
+            print(
+                f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f} {q1:>5.2f}-{q3:<6.2f}  {same}"
+            )
 
 
 def pair_quartiles(ours: list[float], theirs: list[float]) -> list[float]:

@@ -97,7 +97,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("benchmarks/gpu.py needs a CUDA device")
     model, hf = build(args.layers)
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16"
+    )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for batch, pos in ((1, 512), (8, 512), (32, 512)):
@@ -119,8 +121,10 @@ def main() -> None:
                                          min_new_tokens=n)  # fmt: skip
             compare(f"greedy generate b{batch}, {n} new (tokens/s)", ours, theirs, batch * n, max(3, args.repeats // 2))
             same = (ours()[:, -n:] == theirs()[:, -n:]).float().mean().item()
-            print(f"  greedy tokens equal to HF's: {same:.1%} (random weights: near-uniform logits, so any bf16 "
-                  "rounding difference flips ties; see the parity line)")
+            print(
+                f"  greedy tokens equal to HF's: {same:.1%} (random weights: near-uniform logits, so any bf16 "
+                "rounding difference flips ties; see the parity line)"
+            )
 
 
 if __name__ == "__main__":

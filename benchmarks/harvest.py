@@ -74,8 +74,16 @@ def main() -> None:
 
     def harvested():
         shutil.rmtree(work / "out", ignore_errors=True)
-        harvest(model, work / "tokens.pt", args.hook, work / "out", context_length=args.context_length,
-                batch_size=args.batch_size, dtype=args.dtype, progress=False)
+        harvest(
+            model,
+            work / "tokens.pt",
+            args.hook,
+            work / "out",
+            context_length=args.context_length,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            progress=False,
+        )
         sync()
 
     variants = {"bare forward (stop_at_layer)": bare, "hooked harvest (to disk)": harvested}
@@ -83,8 +91,10 @@ def main() -> None:
     if store is not None:
         variants["SAELens ActivationsStore (in memory)"] = lambda: sae_lens_pass(store, args.batches, sync)
     times = measure(variants, args.repeats)
-    print(f"\n{args.model} on {device} ({torch.get_num_threads()} threads): hook {args.hook} (stop_at_layer={stop}), "
-          f"{args.batches} batches of {args.batch_size} x {args.context_length} tokens, stored as {args.dtype}")
+    print(
+        f"\n{args.model} on {device} ({torch.get_num_threads()} threads): hook {args.hook} (stop_at_layer={stop}), "
+        f"{args.batches} batches of {args.batch_size} x {args.context_length} tokens, stored as {args.dtype}"
+    )
     base = n_tokens / times["bare forward (stop_at_layer)"]
     for name, t in times.items():
         rate = n_tokens / t
@@ -118,11 +128,21 @@ def sae_lens_store(model, rows: torch.Tensor, args):
     dataset = datasets.Dataset.from_dict({"tokens": rows.tolist()})
     try:
         return ActivationsStore(
-            model, dataset, streaming=False, hook_name=args.hook, hook_head_index=None,
-            context_size=args.context_length, d_in=model.cfg.d_model, n_batches_in_buffer=2,
-            total_training_tokens=rows.numel() * (args.repeats + 1), store_batch_size_prompts=args.batch_size,
-            train_batch_size_tokens=4096, prepend_bos=True, normalize_activations="none",
-            device=torch.device(model.cfg.device), dtype=args.dtype,
+            model,
+            dataset,
+            streaming=False,
+            hook_name=args.hook,
+            hook_head_index=None,
+            context_size=args.context_length,
+            d_in=model.cfg.d_model,
+            n_batches_in_buffer=2,
+            total_training_tokens=rows.numel() * (args.repeats + 1),
+            store_batch_size_prompts=args.batch_size,
+            train_batch_size_tokens=4096,
+            prepend_bos=True,
+            normalize_activations="none",
+            device=torch.device(model.cfg.device),
+            dtype=args.dtype,
         )
     except Exception as e:
         print(f"SAELens ActivationsStore skipped: {type(e).__name__}: {e}")

@@ -25,9 +25,27 @@ OLD_SHARD_BYTES = 256 << 20
 
 
 def cli(args, out: Path, batches_per_shard: int | None) -> list[str]:
-    cmd = [sys.executable, "-m", "hooked.cli", "harvest", "--model", args.model, "--corpus", args.corpus, "--hooks",
-           args.hook, "--out", str(out), "--context-length", str(args.context_length), "--max-tokens",
-           str(args.max_tokens), "--batch-size", str(args.batch_size), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hooked.cli",
+        "harvest",
+        "--model",
+        args.model,
+        "--corpus",
+        args.corpus,
+        "--hooks",
+        args.hook,
+        "--out",
+        str(out),
+        "--context-length",
+        str(args.context_length),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--batch-size",
+        str(args.batch_size),
+        "--no-progress",
+    ]
     return cmd + ([] if batches_per_shard is None else ["--batches-per-shard", str(batches_per_shard)])
 
 
@@ -98,14 +116,18 @@ def main() -> None:
     bps = manifest["identity"]["batches_per_shard"]
     row_bytes = sum(4 * math.prod(h["row_shape"]) for h in manifest["hooks"].values())
     old_bps = max(1, OLD_SHARD_BYTES // (row_bytes * args.context_length * args.batch_size))
-    print(f"{total} tokens; default: {len(manifest['shards'])} shards of {bps} batches "
-          f"({bps * args.batch_size * args.context_length * row_bytes / 2**20:.1f} MB); old default: "
-          f"{old_bps} batches per shard (one shard here); uninterrupted run {seconds:.1f} s ({full.returncode=})")
+    print(
+        f"{total} tokens; default: {len(manifest['shards'])} shards of {bps} batches "
+        f"({bps * args.batch_size * args.context_length * row_bytes / 2**20:.1f} MB); old default: "
+        f"{old_bps} batches per shard (one shard here); uninterrupted run {seconds:.1f} s ({full.returncode=})"
+    )
     for name, b in (("default", None), ("old 256 MB", old_bps)):
         r = killed_then_resumed(args, work / name.replace(" ", "_"), b)
-        print(f"{name:>11}: killed at {r['at']}% with {r['kept']} tokens kept; resume recomputed {r['redone']} tokens = "
-              f"{100 * r['redone'] / total:.1f}% of the harvest" + (" (finished before the kill)"
-                                                                      if r["finished_before_kill"] else ""))
+        print(
+            f"{name:>11}: killed at {r['at']}% with {r['kept']} tokens kept; resume recomputed {r['redone']} tokens = "
+            f"{100 * r['redone'] / total:.1f}% of the harvest"
+            + (" (finished before the kill)" if r["finished_before_kill"] else "")
+        )
 
 
 if __name__ == "__main__":

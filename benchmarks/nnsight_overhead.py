@@ -21,7 +21,7 @@ import time
 import torch
 from _machine import apply_machine_options, machine_parser
 
-from hooked.hook_points import HookPoint
+from hooked.core.hook_points import HookPoint
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 

@@ -44,7 +44,7 @@ def main() -> None:
     apply_machine_options(args)
 
     from hooked import HookedTransformer
-    from hooked.patching import get_act_patch_resid_pre
+    from hooked.analysis.patching import get_act_patch_resid_pre
 
     model = HookedTransformer.from_pretrained("smollm2-135m")
     clean_tokens, corrupted_tokens = model.to_tokens(CLEAN), model.to_tokens(CORRUPTED)

@@ -84,7 +84,9 @@ print("RESULT " + json.dumps(dict(peak=peak - base, load_s=load_s, tokens_per_s=
 """
 
 
-def write_random_checkpoint(path: Path, layers: int, d_model: int, vocab: int = 32000, shard_bytes: int = 1 << 29) -> int:
+def write_random_checkpoint(
+    path: Path, layers: int, d_model: int, vocab: int = 32000, shard_bytes: int = 1 << 29
+) -> int:
     """A random LlamaForCausalLM checkpoint, written shard by shard (never whole in memory); returns #params."""
     from safetensors.torch import save_file
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -131,7 +133,13 @@ def _run(args: dict, world: int = 1) -> list[dict]:
     for rank in range(world):
         env = dict(os.environ, HOOKED_ROOT=str(ROOT), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
         if world > 1:
-            env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            )
         cmd = [sys.executable, "-c", RUN, json.dumps(args)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = []
@@ -144,7 +152,9 @@ def _run(args: dict, world: int = 1) -> list[dict]:
     return results
 
 
-def bench_pipeline(layers: int = 32, d_model: int = 1024, batch: int = 16, pos: int = 64, micro: int = 4, repeats: int = 2):
+def bench_pipeline(
+    layers: int = 32, d_model: int = 1024, batch: int = 16, pos: int = 64, micro: int = 4, repeats: int = 2
+):
     """Peak RSS per rank of a 2-stage pipeline vs one process, and throughput with/without micro-batching."""
     cores = os.cpu_count() or 2
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,7 +168,9 @@ def bench_pipeline(layers: int = 32, d_model: int = 1024, batch: int = 16, pos: 
     print(f"single process: peak {single['peak'] / gib:.2f} GiB, load {single['load_s']:.1f} s, "
           f"{single['tokens_per_s']['1']:.0f} tokens/s ({cores} threads)")  # fmt: skip
     for rank, r in enumerate(ranks):
-        print(f"pipeline rank {rank}: peak {r['peak'] / gib:.2f} GiB ({r['peak'] / single['peak']:.2f}x), load {r['load_s']:.1f} s")
+        print(
+            f"pipeline rank {rank}: peak {r['peak'] / gib:.2f} GiB ({r['peak'] / single['peak']:.2f}x), load {r['load_s']:.1f} s"
+        )
     print(f"pipeline worst rank / single process peak: {worst / single['peak']:.2f}x (goal <= 0.6x)")
     last = ranks[-1]["tokens_per_s"]
     print(f"pipeline (2 ranks x {max(1, cores // 2)} threads) batch {batch}x{pos}: {last['1']:.0f} tokens/s without "

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from hooked import HookedTransformer, interventions as iv, remote
+from hooked import HookedTransformer, remote
+from hooked import interventions as iv
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [
@@ -42,11 +43,16 @@ def requests_for(model) -> list[tuple[str, dict]]:
     steer = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(0))
     mix = []
     for i, prompt in enumerate(PROMPTS):
-        hooks = [("blocks.3.attn.hook_z", iv.zero_ablate(heads=[i % model.cfg.n_heads])),
-                 (f"blocks.{i + 5}.hook_resid_post", iv.add(steer, scale=2.0, positions=[-1]))]
-        mix += [("forward", dict(input=prompt)), ("hooks", dict(input=prompt, fwd_hooks=hooks)),
-                ("cache", dict(input=prompt, names_filter=lambda n: n.endswith("hook_resid_post"))),
-                ("generate", dict(input=prompt, max_new_tokens=4, do_sample=False, verbose=False))]
+        hooks = [
+            ("blocks.3.attn.hook_z", iv.zero_ablate(heads=[i % model.cfg.n_heads])),
+            (f"blocks.{i + 5}.hook_resid_post", iv.add(steer, scale=2.0, positions=[-1])),
+        ]
+        mix += [
+            ("forward", dict(input=prompt)),
+            ("hooks", dict(input=prompt, fwd_hooks=hooks)),
+            ("cache", dict(input=prompt, names_filter=lambda n: n.endswith("hook_resid_post"))),
+            ("generate", dict(input=prompt, max_new_tokens=4, do_sample=False, verbose=False)),
+        ]
     return mix
 
 
@@ -74,8 +80,20 @@ def start_server(model: str, n_users: int, max_batch: int, threads: int | None) 
     env = dict(os.environ, HOOKED_SERVE_TOKENS="\n".join(f"{u} {t}" for u, t in tokens.items()))
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    cmd = [sys.executable, "-m", "hooked.cli", "serve", "--model", model, "--port", str(port),
-           "--max-batch", str(max_batch), "--tokens-per-minute", str(10**9)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hooked.cli",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--max-batch",
+        str(max_batch),
+        "--tokens-per-minute",
+        str(10**9),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     import httpx
@@ -123,15 +141,19 @@ def load(url: str, tokens: dict, mix, expected, n_requests: int) -> dict:
     for t in threads:
         t.join(timeout=3600)
     wall = time.perf_counter() - start
-    return dict(lost=lost[0], mismatched=mismatched[0], latencies=latencies, wall=wall, errors=errors[:3], worst=worst[0])
+    return dict(
+        lost=lost[0], mismatched=mismatched[0], latencies=latencies, wall=wall, errors=errors[:3], worst=worst[0]
+    )
 
 
 def report(title: str, r: dict) -> None:
     lat = sorted(r["latencies"])
     p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")  # noqa: E731
-    print(f"{title}: {len(lat)} answered, {r['lost']} lost, {r['mismatched']} mismatched; "
-          f"p50 {p(0.5):.0f} ms, p99 {p(0.99):.0f} ms; {len(lat) / r['wall']:.1f} requests/s over {r['wall']:.1f} s; "
-          f"max |logit - local| {r['worst']:.1e}")
+    print(
+        f"{title}: {len(lat)} answered, {r['lost']} lost, {r['mismatched']} mismatched; "
+        f"p50 {p(0.5):.0f} ms, p99 {p(0.99):.0f} ms; {len(lat) / r['wall']:.1f} requests/s over {r['wall']:.1f} s; "
+        f"max |logit - local| {r['worst']:.1e}"
+    )
     for e in r["errors"]:
         print("   error:", e)
 
@@ -172,8 +194,10 @@ def main() -> None:
     expected = [call(local, *m) for m in mix]
     proc, url, tokens = start_server(args.model, args.clients, 1, args.threads)
     try:
-        report(f"{args.clients} clients x {args.requests} mixed requests ({args.model})",
-               load(url, tokens, mix, expected, args.requests))
+        report(
+            f"{args.clients} clients x {args.requests} mixed requests ({args.model})",
+            load(url, tokens, mix, expected, args.requests),
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=120)

@@ -38,8 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # test files about modules outside hooked's scope (encoders, LIT)
-EXCLUDED = {
-}
+EXCLUDED = {}
 
 # tests that pass on TransformerLens and whose expectation hooked deliberately does not meet
 # (docs/tools-on-hooked.md argues each one)

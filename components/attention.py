@@ -25,13 +25,13 @@ from hooked.components.rotary import (
     apply_rotary,
     layer_rotary_parameters,
     length_dependent,
+    rope_kind,
     rotary_attention_factor,
     rotary_cos_sin,
     rotary_inv_freq,
-    rope_kind,
 )
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 def head_major(n_heads: int, d_in: int, d_out: int, dtype) -> torch.Tensor:
@@ -139,13 +139,13 @@ class Attention(AttentionBuffers, nn.Module):
 
     @property
     def QK(self):
-        from hooked.factored_matrix import FactoredMatrix
+        from hooked.core.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
     @property
     def OV(self):
-        from hooked.factored_matrix import FactoredMatrix
+        from hooked.core.factored_matrix import FactoredMatrix
 
         return FactoredMatrix(self.W_V, self.W_O)
 
@@ -362,7 +362,10 @@ class GroupedQueryAttention(Attention):
         Hkv, d, dh, dt = cfg.n_key_value_heads, cfg.d_model, cfg.d_head, cfg.dtype
         self.repeats = cfg.n_heads // Hkv
         self._W_K, self._W_V = nn.Parameter(head_major(Hkv, d, dh, dt)), nn.Parameter(head_major(Hkv, d, dh, dt))
-        self._b_K, self._b_V = nn.Parameter(torch.zeros(Hkv, dh, dtype=dt)), nn.Parameter(torch.zeros(Hkv, dh, dtype=dt))
+        self._b_K, self._b_V = (
+            nn.Parameter(torch.zeros(Hkv, dh, dtype=dt)),
+            nn.Parameter(torch.zeros(Hkv, dh, dtype=dt)),
+        )
 
     W_K = property(lambda self: self._W_K.repeat_interleave(self.repeats, dim=0))
     W_V = property(lambda self: self._W_V.repeat_interleave(self.repeats, dim=0))

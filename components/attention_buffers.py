@@ -17,7 +17,7 @@ from jaxtyping import Bool, Float
 
 from hooked.components.forward_state import ForwardState
 from hooked.components.rotary import rotary_cos_sin
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 TL_BUFFERS = ("mask", "IGNORE", "rotary_sin", "rotary_cos")
 

@@ -24,8 +24,8 @@ from hooked.components.embed import Embed, PosEmbed
 from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import MLP, linear
 from hooked.components.norms import LayerNorm
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 class TokenTypeEmbed(nn.Module):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 
 from hooked.components.norms import LayerNorm
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 
 class Embed(nn.Module):

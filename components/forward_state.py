@@ -7,8 +7,9 @@ Attention masks are built here, per call and lazily, never as an `n_ctx²` buffe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Int

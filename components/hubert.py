@@ -21,8 +21,8 @@ from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import linear
 from hooked.components.norms import LayerNorm
 from hooked.components.transformer_block import TransformerBlock
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 @dataclass
@@ -47,7 +47,9 @@ class AudioFrontendConfig:
         return lengths
 
 
-def frame_mask(sample_mask: Int[torch.Tensor, "batch samples"], n_frames: int, audio: AudioFrontendConfig) -> torch.Tensor:
+def frame_mask(
+    sample_mask: Int[torch.Tensor, "batch samples"], n_frames: int, audio: AudioFrontendConfig
+) -> torch.Tensor:
     """`[batch, frames]` 1 for frames computed from real samples, as HF's `_get_feature_vector_attention_mask`."""
     lengths = audio.output_lengths(sample_mask.sum(-1)).long()  # [batch]
     return (torch.arange(n_frames, device=sample_mask.device)[None, :] < lengths[:, None]).long()  # [batch, frames]
@@ -103,7 +105,9 @@ class FeatureProjection(nn.Module):
         self.W = nn.Parameter(torch.empty(channels, cfg.d_model, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
 
-    def forward(self, features: Float[torch.Tensor, "batch frames channels"]) -> Float[torch.Tensor, "batch frames d_model"]:
+    def forward(
+        self, features: Float[torch.Tensor, "batch frames channels"]
+    ) -> Float[torch.Tensor, "batch frames d_model"]:
         if self.ln is not None:
             features = self.ln(features)
         return linear(features, self.W, self.b)
@@ -124,7 +128,9 @@ class PositionalConv(nn.Module):
         self.b = nn.Parameter(torch.zeros(d, dtype=cfg.dtype))
         self.act_fn = get_activation(audio.feat_extract_activation)
 
-    def forward(self, frames: Float[torch.Tensor, "batch frames d_model"]) -> Float[torch.Tensor, "batch frames d_model"]:
+    def forward(
+        self, frames: Float[torch.Tensor, "batch frames d_model"]
+    ) -> Float[torch.Tensor, "batch frames d_model"]:
         x = F.conv1d(frames.transpose(1, 2), self.W, self.b, padding=self.kernel // 2, groups=self.groups)
         if self.kernel % 2 == 0:
             x = x[:, :, :-1]  # [batch, d_model, frames]
@@ -163,8 +169,10 @@ class HubertBlock(TransformerBlock):
         q_in = k_in = v_in = resid_pre
         if self.cfg.use_split_qkv_input:
             H = self.cfg.n_heads
-            q_in, k_in, v_in = (hook(resid_pre.unsqueeze(2).repeat(1, 1, H, 1)) for hook in
-                                (self.hook_q_input, self.hook_k_input, self.hook_v_input))  # [batch, pos, head, d_model]
+            q_in, k_in, v_in = (
+                hook(resid_pre.unsqueeze(2).repeat(1, 1, H, 1))
+                for hook in (self.hook_q_input, self.hook_k_input, self.hook_v_input)
+            )  # [batch, pos, head, d_model]
         attn_out = self.hook_attn_out(self.attn(q_in, k_in, v_in, state))  # [batch, pos, d_model]
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)  # [batch, pos, d_model]
         mlp_in = self.hook_mlp_in(resid_mid.clone()) if self.cfg.use_hook_mlp_in else resid_mid

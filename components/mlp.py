@@ -10,8 +10,8 @@ from jaxtyping import Float
 from hooked.components.activations import get_activation
 from hooked.components.norms import LayerNorm, LayerNormPre
 from hooked.components.xielu import XIELU
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 def linear(

@@ -31,8 +31,8 @@ from jaxtyping import Float, Int
 
 from hooked.components.activations import get_activation
 from hooked.components.norms import unedited
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 class Expert(nn.Module):

@@ -8,16 +8,16 @@ into `LayerNormPre` and `RMSNorm` into `RMSNormPre` without changing any hook va
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from hooked.config import HookedTransformerConfig
-from hooked.dtypes import HALF_DTYPES
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.dtypes import HALF_DTYPES
+from hooked.core.hook_points import HookPoint
 
 
 def unedited(original: torch.Tensor, before: torch.Tensor, hooked: torch.Tensor) -> bool:

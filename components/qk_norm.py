@@ -13,13 +13,12 @@ their hooks see `[batch, pos, 1]` / `[batch, pos, n_heads * d_head]`.
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float
-
 import torch.nn as nn
 import torch.nn.functional as F
+from jaxtyping import Float
 
 from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 
 class PerHeadLayerNorm(LayerNormPre):

@@ -19,8 +19,8 @@ from jaxtyping import Float, Int
 from hooked.components.attention import Attention, project
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.norms import RMSNorm
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 def relative_position_bucket(
@@ -45,7 +45,9 @@ def relative_position_bucket(
     max_exact = num_buckets // 2
     is_small = relative_position < max_exact
     large = max_exact + (
-        torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
     ).to(torch.long)
     large = torch.min(large, torch.full_like(large, num_buckets - 1))
     return buckets + torch.where(is_small, relative_position, large)
@@ -134,7 +136,9 @@ class T5Attention(Attention):
         key_value: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> Float[torch.Tensor, "batch pos d_model"]:
         if position_bias is None and self.has_relative_attention_bias:
-            raise ValueError("This layer owns the relative bias: pass position_bias=attn.compute_relative_attention_bias(...)")
+            raise ValueError(
+                "This layer owns the relative bias: pass position_bias=attn.compute_relative_attention_bias(...)"
+            )
         q = self.hook_q(project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k, v = key_value if key_value is not None else self.project_kv(key_input, value_input)
         offset = 0
@@ -173,7 +177,9 @@ class T5Attention(Attention):
         return mask
 
 
-def repeat_heads(x: Float[torch.Tensor, "batch pos d_model"], n_heads: int) -> Float[torch.Tensor, "batch pos head d_model"]:
+def repeat_heads(
+    x: Float[torch.Tensor, "batch pos d_model"], n_heads: int
+) -> Float[torch.Tensor, "batch pos head d_model"]:
     return x.unsqueeze(2).repeat(1, 1, n_heads, 1)  # [batch, pos, head, d_model]
 
 
@@ -267,7 +273,9 @@ class T5Block(nn.Module):
 
     def _cross_attend(self, resid_mid, encoder_hidden_states, encoder_mask, cross_key_value) -> torch.Tensor:
         if encoder_hidden_states is None and cross_key_value is None:
-            raise ValueError("A T5 decoder block needs encoder_hidden_states (the encoder's output) for cross-attention")
+            raise ValueError(
+                "A T5 decoder block needs encoder_hidden_states (the encoder's output) for cross-attention"
+            )
         cross_in = self.hook_cross_attn_in(resid_mid.clone()) if self.cfg.use_attn_in else resid_mid
         out = self.cross_attn(
             self.ln2(cross_in),

@@ -11,8 +11,8 @@ from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.moe import make_moe
 from hooked.components.norms import make_norm
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 class TransformerBlock(nn.Module):

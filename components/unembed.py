@@ -7,8 +7,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 
 def vocab_projection(

@@ -23,8 +23,14 @@ def _softplus_inverse(value: float, dtype: torch.dtype) -> torch.Tensor:
 class XIELU(nn.Module):
     """Trainable xIELU: one `alpha_p`, `alpha_n` per layer (HF's defaults 0.8, 0.8, beta 0.5)."""
 
-    def __init__(self, alpha_p_init: float = 0.8, alpha_n_init: float = 0.8, beta_init: float = 0.5,
-                 eps: float = -1e-6, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        alpha_p_init: float = 0.8,
+        alpha_n_init: float = 0.8,
+        beta_init: float = 0.5,
+        eps: float = -1e-6,
+        dtype: torch.dtype = torch.float32,
+    ):
         super().__init__()
         self.alpha_p = nn.Parameter(_softplus_inverse(alpha_p_init, dtype))  # []
         self.alpha_n = nn.Parameter(_softplus_inverse(alpha_n_init - beta_init, dtype))  # []

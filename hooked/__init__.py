@@ -1,29 +1,38 @@
-"""hooked: HuggingFace causal language models as hooked, readable transformer components.
+"""hooked: HuggingFace language models as hooked, readable transformer components.
 
-`from hooked import HookedTransformer` is the entry point. The model classes load
-lazily so that `components` (which builds on this package's primitives) imports on
-its own without a cycle.
+`from hooked import HookedTransformer` is the entry point. The package is layered, each
+layer importing only those below it (tests/unit/test_import_layers.py checks this):
+
+    core  <-  components  <-  processing, placement  <-  loading  <-  analysis  <-  generation
+          <-  models  <-  circuits, harvest  <-  viz  <-  scale  <-  serve, remote  <-  compat, cli
+
+The model classes load on first use, so `import hooked` stays light.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from hooked import _moved_modules
 from hooked._version import __version__
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookedRootModule, HookNotEnabledError, HookPoint, HookShapeError, LensHandle
-from hooked.utils import get_act_name
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookedRootModule, HookNotEnabledError, HookPoint, HookShapeError, LensHandle
+from hooked.core.utils import get_act_name
+
+_moved_modules.install()
+# hooked.scale plugs into the model through its seams (the `pipeline=True` loader) when imported
+from hooked import scale  # noqa: E402, F401
 
 _LAZY = {
-    "HookedTransformer": ("hooked.hooked_transformer", "HookedTransformer"),
-    "HookedEncoder": ("hooked.hooked_encoder", "HookedEncoder"),
-    "BertNextSentencePrediction": ("hooked.next_sentence_prediction", "BertNextSentencePrediction"),
-    "ActivationCache": ("hooked.activation_cache", "ActivationCache"),
-    "FactoredMatrix": ("hooked.factored_matrix", "FactoredMatrix"),
-    "HookedTransformerKeyValueCache": ("hooked.past_key_value_caching", "HookedTransformerKeyValueCache"),
+    "HookedTransformer": ("hooked.models.hooked_transformer", "HookedTransformer"),
+    "HookedEncoder": ("hooked.models.hooked_encoder", "HookedEncoder"),
+    "BertNextSentencePrediction": ("hooked.models.next_sentence_prediction", "BertNextSentencePrediction"),
+    "HookedEncoderDecoder": ("hooked.models.hooked_encoder_decoder", "HookedEncoderDecoder"),  # T5
+    "HookedAudioEncoder": ("hooked.models.hooked_audio_encoder", "HookedAudioEncoder"),  # HuBERT
+    "ActivationCache": ("hooked.analysis.activation_cache", "ActivationCache"),
+    "FactoredMatrix": ("hooked.core.factored_matrix", "FactoredMatrix"),
+    "HookedTransformerKeyValueCache": ("hooked.generation.kv_cache", "HookedTransformerKeyValueCache"),
 }
-_LAZY["HookedEncoderDecoder"] = ("hooked.hooked_encoder_decoder", "HookedEncoderDecoder")  # T5
-_LAZY["HookedAudioEncoder"] = ("hooked.hooked_audio_encoder", "HookedAudioEncoder")  # HuBERT
 
 
 def __getattr__(name: str):
@@ -36,16 +45,18 @@ def __getattr__(name: str):
 __all__ = [
     "ActivationCache",
     "BertNextSentencePrediction",
-    "HookedEncoder",
     "FactoredMatrix",
     "HookNotEnabledError",
     "HookPoint",
     "HookShapeError",
+    "HookedAudioEncoder",
+    "HookedEncoder",
+    "HookedEncoderDecoder",
     "HookedRootModule",
     "HookedTransformer",
     "HookedTransformerConfig",
     "HookedTransformerKeyValueCache",
     "LensHandle",
+    "__version__",
     "get_act_name",
 ]
-__all__ += ["HookedAudioEncoder", "HookedEncoderDecoder", "__version__"]

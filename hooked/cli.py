@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _inspect(args) -> int:
     from hooked import HookedTransformer
-    from hooked.errors import InputError
-    from hooked.inspection import format_report, inspect_prompt
+    from hooked.analysis.inspection import format_report, inspect_prompt
+    from hooked.core.errors import InputError
 
     if args.top_k < 1:
         raise InputError(f"--top-k must be >= 1, got {args.top_k}")
@@ -96,8 +96,11 @@ def _add_serve(sub) -> None:
     p.add_argument("--max-body-mb", type=float, default=64.0)
     p.add_argument("--request-timeout", type=float, default=120.0, help="seconds")
     p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
-    p.add_argument("--pipeline", action="store_true",
-                   help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request")
+    p.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request",
+    )
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
 
 
@@ -105,7 +108,7 @@ def _serve(args) -> int:
     import os
 
     from hooked import HookedTransformer
-    from hooked.serve import JsonLogFormatter, ServeOptions, SchedulerOptions, parse_tokens, resolve_tokens, run
+    from hooked.serve import JsonLogFormatter, SchedulerOptions, ServeOptions, parse_tokens, resolve_tokens, run
     from hooked.serve.ops import ServeLimits
     from hooked.serve.wire import Limits
 
@@ -122,8 +125,9 @@ def _serve(args) -> int:
     log.propagate = False
     log.setLevel(logging.INFO)
     options = ServeOptions(
-        scheduler=SchedulerOptions(tokens_per_minute=args.tokens_per_minute, request_timeout_s=args.request_timeout,
-                                   max_batch=args.max_batch),
+        scheduler=SchedulerOptions(
+            tokens_per_minute=args.tokens_per_minute, request_timeout_s=args.request_timeout, max_batch=args.max_batch
+        ),
         limits=ServeLimits(max_tokens_per_request=args.max_tokens_per_request),
         wire=Limits(max_body_bytes=int(args.max_body_mb * 2**20)),
     )

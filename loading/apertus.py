@@ -14,7 +14,8 @@ for the alphas, a scalar in hooked) keep their names.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -26,8 +27,9 @@ XIELU_KEYS = ("alpha_p", "alpha_n", "beta", "eps")
 
 
 def convert_apertus_config(hf: Any) -> dict:
-    return dict(llama_shaped_config(hf, "ApertusForCausalLM"), gated_mlp=False, use_qk_norm=True,
-                default_prepend_bos=True)
+    return dict(
+        llama_shaped_config(hf, "ApertusForCausalLM"), gated_mlp=False, use_qk_norm=True, default_prepend_bos=True
+    )
 
 
 def dense_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ without it: `convert_bert_weights` returns only what the checkpoint holds, and
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -95,7 +95,10 @@ def _mlm_head(hf: Mapping[str, torch.Tensor], W_E: torch.Tensor, d: int) -> dict
 def _nsp_head(hf: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if "cls.seq_relationship.weight" not in hf:
         return {}
-    return {"nsp_head.W": hf["cls.seq_relationship.weight"].T, "nsp_head.b": hf["cls.seq_relationship.bias"]}  # W: [d_model, 2]
+    return {
+        "nsp_head.W": hf["cls.seq_relationship.weight"].T,
+        "nsp_head.b": hf["cls.seq_relationship.bias"],
+    }  # W: [d_model, 2]
 
 
 def present_heads(converted: Mapping[str, torch.Tensor]) -> set[str]:

@@ -13,7 +13,8 @@ fused QKV interleaved per head.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

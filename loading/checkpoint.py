@@ -5,19 +5,27 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 
-from hooked.errors import CheckpointError, UnsafeCheckpointError
+from hooked.core.errors import CheckpointError, UnsafeCheckpointError
 
 logger = logging.getLogger(__name__)
 
 
 _DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
     "BOOL": torch.bool,
 }
 
@@ -163,7 +171,9 @@ def _shard_path(directory: Path, name: str, index: Path) -> Path:
     path = directory / name
     root = directory.resolve()
     if Path(name).is_absolute() or ".." in Path(name).parts or root not in (path.resolve(), *path.resolve().parents):
-        raise UnsafeCheckpointError(f"{index}: shard file name {name!r} points outside the checkpoint directory {directory}")
+        raise UnsafeCheckpointError(
+            f"{index}: shard file name {name!r} points outside the checkpoint directory {directory}"
+        )
     if not path.name.endswith(".safetensors"):
         raise UnsafeCheckpointError(f"{index}: shard {name!r} is not a .safetensors file; hooked never opens others")
     return path

@@ -12,14 +12,14 @@ one (`fold_ln` is exact). `logit_scale` is folded into `W_U` (`cfg.logit_scale` 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from hooked.loading.common import strip_prefix
+from hooked.loading.common import strip_prefix, unembed_weights
 from hooked.loading.granite import fold_scalar_multipliers
 from hooked.loading.llama import attention_weights, gated_mlp_weights, llama_shaped_config
-from hooked.loading.common import unembed_weights
 from hooked.loading.registry import register_architecture
 
 

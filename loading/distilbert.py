@@ -6,7 +6,7 @@ segments), positions count from 0 as in BERT, and every LayerNorm has eps 1e-12.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -45,13 +45,15 @@ def convert_distilbert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dic
         }
         sd.update(prefixed(f"blocks.{l}.", block))
     if "vocab_transform.weight" in hf_state:
-        sd.update({
-            "mlm_head.W": hf_state["vocab_transform.weight"].T,  # [d_model, d_model]
-            "mlm_head.b": hf_state["vocab_transform.bias"],
-            **layer_norm(hf_state, "vocab_layer_norm", "mlm_head.ln", d),
-            "unembed.W_U": hf_state.get("vocab_projector.weight", W_E).T,  # tied: [d_model, d_vocab]
-            "unembed.b_U": hf_state["vocab_projector.bias"],
-        })
+        sd.update(
+            {
+                "mlm_head.W": hf_state["vocab_transform.weight"].T,  # [d_model, d_model]
+                "mlm_head.b": hf_state["vocab_transform.bias"],
+                **layer_norm(hf_state, "vocab_layer_norm", "mlm_head.ln", d),
+                "unembed.W_U": hf_state.get("vocab_projector.weight", W_E).T,  # tied: [d_model, d_vocab]
+                "unembed.b_U": hf_state["vocab_projector.bias"],
+            }
+        )
     return sd
 
 

@@ -25,7 +25,9 @@ HUB_ARGS = ("revision", "token", "cache_dir", "local_files_only")
 
 # TransformerLens's BERT names -> hub repo ids (read from the HF cache when offline)
 ENCODER_NAMES = {
-    f"bert-{size}-{case}": f"google-bert/bert-{size}-{case}" for size in ("base", "large") for case in ("cased", "uncased")
+    f"bert-{size}-{case}": f"google-bert/bert-{size}-{case}"
+    for size in ("base", "large")
+    for case in ("cased", "uncased")
 }
 
 
@@ -49,7 +51,7 @@ def load_encoder(
     **kwargs,
 ):
     """Implementation of `HookedEncoder.from_pretrained` (see its docstring)."""
-    from hooked.config import HookedTransformerConfig
+    from hooked.core.config import HookedTransformerConfig
 
     if kwargs.get("load_in_8bit") or kwargs.get("load_in_4bit"):
         raise ValueError("HookedEncoder does not load quantized checkpoints (load_in_8bit / load_in_4bit)")
@@ -62,7 +64,9 @@ def load_encoder(
     arch_name = hf_architecture(source.hf_config, hf_model)
     arch = get_encoder_architecture(arch_name)
     fields = arch.config(source.hf_config)
-    fields.update(model_name=model_name, init_weights=False, dtype=dtype, device=device, original_architecture=arch_name)
+    fields.update(
+        model_name=model_name, init_weights=False, dtype=dtype, device=device, original_architecture=arch_name
+    )
     cfg = HookedTransformerConfig.from_dict({k: v for k, v in fields.items() if v is not None})
     state, tracked = convert_checked(arch.weights, source.state, cfg, where_in(source.state))
     if tokenizer is None and source.tokenizer_path is not None:
@@ -73,8 +77,11 @@ def load_encoder(
     model.load_state_dict(state, strict=False)
     model.missing_heads = set(bert.HEAD_PREFIXES) - bert.present_heads(state)
     if model.missing_heads:
-        logger.info("%s has no %s head(s): they stay at their random init and refuse to run", arch_name,
-                    ", ".join(sorted(model.missing_heads)))
+        logger.info(
+            "%s has no %s head(s): they stay at their random init and refuse to run",
+            arch_name,
+            ", ".join(sorted(model.missing_heads)),
+        )
     if move_to_device:
         model.to(cfg.device)
     logger.info("Loaded pretrained model %s into HookedEncoder", model_name)

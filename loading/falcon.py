@@ -15,7 +15,8 @@ runs in the hidden dtype (float32 here, so exact).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -94,7 +95,10 @@ def convert_falcon_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[st
         elif cfg.parallel_attn_mlp:  # one norm read by both sublayers
             norms = shared_layer_norm(hf, p + "input_layernorm", d)
         else:
-            norms = {**layer_norm(hf, p + "input_layernorm", "ln1", d), **layer_norm(hf, p + "post_attention_layernorm", "ln2", d)}
+            norms = {
+                **layer_norm(hf, p + "input_layernorm", "ln1", d),
+                **layer_norm(hf, p + "post_attention_layernorm", "ln2", d),
+            }
         sd.update(prefixed(b, norms))
         a = p + "self_attention."
         w = hf[a + "query_key_value.weight"]  # [fused_out, d_model]

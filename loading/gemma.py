@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -151,8 +152,12 @@ def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str
     sd = {"embed.W_E": scaled_embedding(embed, cfg.embed_scale, cfg.dtype)}
     sandwich = cfg.use_normalization_before_and_after
     norms = (
-        {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
-         "ln2_post": "post_feedforward_layernorm"}
+        {
+            "ln1": "input_layernorm",
+            "ln1_post": "post_attention_layernorm",
+            "ln2": "pre_feedforward_layernorm",
+            "ln2_post": "post_feedforward_layernorm",
+        }
         if sandwich
         else {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
     )
@@ -170,11 +175,15 @@ def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str
     logger.info(
         "Gemma: embed.W_E is the embedding scaled by sqrt(d_model) = %.4f, a copy; unembed.W_U is the unscaled %s",
         cfg.embed_scale,
-        "tied embedding (W_E and W_U no longer share storage)" if sd["unembed.W_U"].data_ptr() == embed.data_ptr() else "lm_head",
+        "tied embedding (W_E and W_U no longer share storage)"
+        if sd["unembed.W_U"].data_ptr() == embed.data_ptr()
+        else "lm_head",
     )
     return sd
 
 
 register_architecture(("GemmaForCausalLM",), convert_gemma_config, convert_gemma_weights)
 register_architecture(("Gemma2ForCausalLM",), convert_gemma2_config, convert_gemma_weights)
-register_architecture(("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), convert_gemma3_config, convert_gemma_weights)
+register_architecture(
+    ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), convert_gemma3_config, convert_gemma_weights
+)

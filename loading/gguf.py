@@ -79,8 +79,7 @@ def find_gguf_file(path: str | os.PathLike[str]) -> Path:
         if len(found) > 1:
             names = ", ".join(c.name for c in found)
             raise ValueError(
-                f"Directory {p} contains {len(found)} '.gguf' files ({names}); "
-                "pass the path of the one you want."
+                f"Directory {p} contains {len(found)} '.gguf' files ({names}); pass the path of the one you want."
             )
         return found[0]
     raise FileNotFoundError(f"No such GGUF file or directory: {p}")
@@ -121,9 +120,7 @@ def gguf_to_hf_checkpoint(
     logger.debug("Converting %s -> %s", gguf_file, out_dir)
 
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    steps = tqdm(
-        total=5, desc=f"GGUF -> HF ({gguf_file.name})", unit="step", disable=not progress
-    )
+    steps = tqdm(total=5, desc=f"GGUF -> HF ({gguf_file.name})", unit="step", disable=not progress)
     try:
         steps.set_postfix_str("config")
         check_gguf_header(gguf_file)
@@ -200,7 +197,7 @@ GGUF_MIN_BYTES = 24
 
 def check_gguf_header(gguf_file: Path) -> None:
     """Raise `CheckpointError` unless the file starts like a GGUF file (magic and fixed header)."""
-    from hooked.errors import CheckpointError
+    from hooked.core.errors import CheckpointError
 
     size = gguf_file.stat().st_size
     if size < GGUF_MIN_BYTES:
@@ -214,7 +211,7 @@ def check_gguf_header(gguf_file: Path) -> None:
 @contextlib.contextmanager
 def _corrupt_file_errors(gguf_file: Path):
     """Reader failures on a malformed file become one `CheckpointError` naming the file."""
-    from hooked.errors import CheckpointError, HookedError
+    from hooked.core.errors import CheckpointError, HookedError
 
     try:
         yield
@@ -271,18 +268,14 @@ def _read_state_dict(gguf_file: Path, config, model_cls) -> dict:
         for mod_name, mod in skeleton.named_modules()
         for b in getattr(mod, "_non_persistent_buffers_set", ())
     }
-    expected.update(
-        (name, b) for name, b in skeleton.named_buffers() if name not in non_persistent
-    )
+    expected.update((name, b) for name, b in skeleton.named_buffers() if name not in non_persistent)
     tied_aliases = set(skeleton.state_dict()) - set(expected)
 
     logger.debug("Dequantising GGUF tensors")
     kwargs = {}
     if "torch_dtype" in inspect.signature(load_gguf_checkpoint).parameters:
         kwargs["torch_dtype"] = torch.float32
-    parsed = load_gguf_checkpoint(
-        str(gguf_file), return_tensors=True, model_to_load=skeleton, **kwargs
-    )
+    parsed = load_gguf_checkpoint(str(gguf_file), return_tensors=True, model_to_load=skeleton, **kwargs)
     tensors: dict = parsed["tensors"]
     del skeleton
 

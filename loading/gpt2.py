@@ -5,7 +5,7 @@ Conv1D stores weights as `[in, out]`, already right-multiplying, so no transpose
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 

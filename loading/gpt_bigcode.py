@@ -11,7 +11,8 @@ multi-query attention and `nn.Linear` (not Conv1D) weights.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

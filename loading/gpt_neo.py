@@ -11,7 +11,8 @@ alternating global and local (sliding-window) attention layers.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -10,13 +10,22 @@ first `int(d_head * partial_rotary_factor)` dims (Pythia: 0.25); the unembedding
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from hooked.loading.common import strip_prefix, unembed_weights
 from hooked.loading.fused_qkv import split_qkv_interleaved
-from hooked.loading.parts import attention, decoder_config, dense_mlp, layer_norm, partial_rotary_dim, prefixed, rotary_config
+from hooked.loading.parts import (
+    attention,
+    decoder_config,
+    dense_mlp,
+    layer_norm,
+    partial_rotary_dim,
+    prefixed,
+    rotary_config,
+)
 from hooked.loading.registry import register_architecture
 
 

@@ -18,7 +18,8 @@ MXFP4-quantized checkpoints (`*_blocks`/`*_scales`) are not supported: dequantiz
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

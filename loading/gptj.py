@@ -9,7 +9,8 @@ Rotary rotates pairs (2i, 2i+1) of the first `rotary_dim` dims (64 of 256 in GPT
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -15,7 +15,8 @@ unties tied embeddings.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -40,12 +41,15 @@ def fold_scalar_multipliers(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch
     New tensors are made (the inputs may be views of a user's HF model); a scale of None
     or 1 leaves its tensors, and a tied `W_U`, as they are.
     """
+
     def scale(keys: list[str], factor: float | None) -> None:
         if factor not in (None, 1.0):
             sd.update({k: sd[k] * factor for k in keys})
 
     scale(["embed.W_E"], cfg.embed_scale)
-    writers = [f"blocks.{l}.{name}" for l in range(cfg.n_layers) for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")]
+    writers = [
+        f"blocks.{l}.{name}" for l in range(cfg.n_layers) for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
+    ]
     scale(writers, cfg.residual_scale)
     scale(["unembed.W_U", "unembed.b_U"], cfg.logit_scale)
     return sd

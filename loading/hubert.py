@@ -8,7 +8,7 @@ HF's parametrization calls, so the folded weight is bit for bit the one HF convo
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -17,8 +17,16 @@ from hooked.loading.registry import register_model_class_architecture
 HUBERT_CLASSES = ("HubertModel",)
 
 FRONTEND_FIELDS = (
-    "conv_dim", "conv_kernel", "conv_stride", "conv_bias", "feat_extract_norm", "feat_extract_activation",
-    "feat_proj_layer_norm", "num_conv_pos_embeddings", "num_conv_pos_embedding_groups", "do_stable_layer_norm",
+    "conv_dim",
+    "conv_kernel",
+    "conv_stride",
+    "conv_bias",
+    "feat_extract_norm",
+    "feat_extract_activation",
+    "feat_proj_layer_norm",
+    "num_conv_pos_embeddings",
+    "num_conv_pos_embedding_groups",
+    "do_stable_layer_norm",
 )
 
 
@@ -114,4 +122,6 @@ def convert_hubert_weights(hf: Mapping[str, torch.Tensor], cfg, hf_config=None) 
     return sd
 
 
-HUBERT = register_model_class_architecture("HubertModel", "HookedAudioEncoder", convert_hubert_config, convert_hubert_weights)
+HUBERT = register_model_class_architecture(
+    "HubertModel", "HookedAudioEncoder", convert_hubert_config, convert_hubert_weights
+)

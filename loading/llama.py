@@ -31,7 +31,8 @@ right-multiply, so every matrix is transposed, as a view, on the way in.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -34,8 +34,10 @@ MODEL_ALIASES: dict[str, list[str]] = {
     "Qwen/Qwen3-0.6B": ["qwen3-0.6b"],
     "google/gemma-2b": ["gemma-2b"],
     "google/gemma-2-2b": ["gemma-2-2b"],
-    **{f"google/gemma-3-{s}": [f"gemma-3-{s}"] for s in ("270m", "270m-it", "1b-pt", "1b-it", "4b-pt", "4b-it",
-                                                          "12b-pt", "12b-it", "27b-pt", "27b-it")},
+    **{
+        f"google/gemma-3-{s}": [f"gemma-3-{s}"]
+        for s in ("270m", "270m-it", "1b-pt", "1b-it", "4b-pt", "4b-it", "12b-pt", "12b-it", "27b-pt", "27b-it")
+    },
     **{f"google/medgemma-{s}": [f"medgemma-{s}"] for s in ("4b-pt", "4b-it", "27b-it", "27b-text-it")},
     "HuggingFaceTB/SmolLM2-135M": ["smollm2-135m-base"],
 }
@@ -64,7 +66,11 @@ def hub_checkpoint_dir(repo_id: str, revision: str | None = None, cache_dir=None
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     try:
         path = snapshot_download(
-            repo_id, revision=revision, cache_dir=cache_dir, token=token, allow_patterns=_CHECKPOINT_FILES,
+            repo_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            token=token,
+            allow_patterns=_CHECKPOINT_FILES,
             local_files_only=offline,
         )
     except (LocalEntryNotFoundError, HFValidationError, OSError) as err:

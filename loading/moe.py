@@ -19,7 +19,8 @@ see its `conversion_mapping.py`), while checkpoints on disk keep one Linear per 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -100,9 +101,7 @@ QWEN_EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
 MIXTRAL_EXPERT_NAMES = ("w1", "w3", "w2")
 
 
-def expert_weights(
-    hf: Mapping[str, torch.Tensor], p: str, cfg, names: tuple[str, str, str]
-) -> dict[str, torch.Tensor]:
+def expert_weights(hf: Mapping[str, torch.Tensor], p: str, cfg, names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
     """Router `p + "gate.weight"` and the experts under `p + "experts."` -> TL MoE keys (views).
 
     Accepts the fused transformers-5 tensors or one `{gate, up, down}` Linear per expert.

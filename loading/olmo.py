@@ -14,7 +14,8 @@ normalized stream (see `components/post_norm_block.py`); the qk-norms are never 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -12,7 +12,8 @@ QK^T; hooked scales the scores, the same product. opt-350m is post-LN with a 512
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

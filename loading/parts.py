@@ -7,7 +7,8 @@ TransformerLens names and shapes (views, no copies), relative to a block (`ln1.w
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -53,7 +54,9 @@ def attention(
     return out
 
 
-def projections(hf: Mapping[str, torch.Tensor], p: str, names: tuple[str, str, str, str], cfg) -> dict[str, torch.Tensor]:
+def projections(
+    hf: Mapping[str, torch.Tensor], p: str, names: tuple[str, str, str, str], cfg
+) -> dict[str, torch.Tensor]:
     """`attention` from four separate HF Linears under prefix `p` (e.g. `q_proj`, `k_proj`, `v_proj`, `out_proj`)."""
     weights = [hf[p + n + ".weight"] for n in names]
     biases = tuple(hf.get(p + n + ".bias") for n in names)

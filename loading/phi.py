@@ -9,7 +9,8 @@ Rotary (NeoX half split) covers `int(d_head * partial_rotary_factor)` dims (phi-
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

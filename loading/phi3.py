@@ -14,7 +14,8 @@ views, so the LLaMA converter does the rest.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 

@@ -4,7 +4,7 @@ The model is built on the `meta` device (no memory), its placement planned from 
 sizes, and then each part is converted and processed alone (`loading/streaming.py`) and
 written straight to its device or to its offload file. At no point does the whole model
 sit in memory or on one device; the peak is about one block plus the parts kept in memory.
-Finally `hooked.scale.dispatch.dispatch` attaches accelerate's hooks.
+Finally `hooked.placement.dispatch.dispatch` attaches accelerate's hooks.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn as nn
 
-from hooked.dtypes import cast_parameter
-from hooked.errors import WeightShapeError
+from hooked.core.dtypes import cast_parameter
+from hooked.core.errors import WeightShapeError
 from hooked.loading.streaming import iter_processed_parts, processing_steps
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,8 @@ def load_placed(
     reads: list[str] | None = None,
 ):
     """A model of class `cls` whose parts are loaded one at a time onto the planned devices and files."""
-    from hooked.scale.dispatch import dispatch, require_accelerate, resolve_device_map
-    from hooked.weight_processing import convert_norms_to_pre
+    from hooked.placement.dispatch import dispatch, require_accelerate, resolve_device_map
+    from hooked.processing.steps import convert_norms_to_pre
 
     accelerate = require_accelerate()
     with accelerate.init_empty_weights():
@@ -81,7 +81,7 @@ def load_placed(
 
 
 def _single(model, cfg) -> dict[str, str]:
-    from hooked.scale.dispatch import model_parts
+    from hooked.placement.dispatch import model_parts
 
     device = str(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return dict.fromkeys(model_parts(model), device)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -18,7 +19,13 @@ from hooked.loading.checkpoint import (
 )
 from hooked.loading.placed import load_placed, wants_placement
 from hooked.loading.registry import get_architecture
-from hooked.loading.validation import check_converted_shapes, check_from_pretrained_kwargs, convert_checked, to_dtype, where_in
+from hooked.loading.validation import (
+    check_converted_shapes,
+    check_from_pretrained_kwargs,
+    convert_checked,
+    to_dtype,
+    where_in,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +106,7 @@ def hf_architecture(hf_config, hf_model=None) -> str:
 
 
 def build_config(hf_config, arch_name: str, model_name: str, **overrides):
-    from hooked.config import HookedTransformerConfig
-
+    from hooked.core.config import HookedTransformerConfig
     from hooked.loading.bundled import display_name
 
     fields = get_architecture(arch_name).config(hf_config)

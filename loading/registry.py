@@ -7,8 +7,9 @@ model, so both can be tested on plain dicts and fed lazily from safetensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -55,7 +56,9 @@ def supported_architectures() -> list[str]:
 MODEL_CLASS_ARCHITECTURES: dict[str, tuple[str, Architecture]] = {}
 
 
-def register_model_class_architecture(hf_class: str, model_class: str, config: ConfigFn, weights: WeightsFn) -> Architecture:
+def register_model_class_architecture(
+    hf_class: str, model_class: str, config: ConfigFn, weights: WeightsFn
+) -> Architecture:
     """Register the converter of an HF class that `hooked.<model_class>` (not `HookedTransformer`) loads."""
     arch = Architecture(hf_class, config, weights)
     MODEL_CLASS_ARCHITECTURES[hf_class] = (model_class, arch)

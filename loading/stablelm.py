@@ -13,7 +13,8 @@ GPT-NeoX checkpoints.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -9,7 +9,8 @@ Rotary (NeoX half split) over the whole head; grouped-query attention.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -75,7 +75,7 @@ def _meta(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
 
 def processing_steps(cfg, flags: Mapping[str, bool]) -> list[str]:
     """The processing steps that will run (skips are logged once, here)."""
-    from hooked.weight_processing import check_refactorable, resolve_steps
+    from hooked.processing.steps import check_refactorable, resolve_steps
 
     steps = resolve_steps(cfg, dict(flags))
     if "refactor_factored_attn_matrices" in steps:
@@ -105,7 +105,7 @@ def iter_processed_parts(
 
 
 def _process(sd: dict[str, torch.Tensor], cfg, steps: list[str], part: Part) -> dict[str, torch.Tensor]:
-    from hooked.weight_processing import _PRE, apply_step
+    from hooked.processing.steps import _PRE, apply_step
 
     cfg.dtype = torch.float32  # processing stores float32; the placement casts once (as process_state_dict)
     for step in steps:

@@ -7,7 +7,7 @@ HF's `q/k/v/o` are `nn.Linear` (`[out, in]`), so each is transposed into Transfo
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -72,7 +72,11 @@ def _attention(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str,
 def _mlp(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str, torch.Tensor]:
     wo = hf[p + "wo.weight"]  # [d_model, d_mlp]
     zeros = dict(dtype=wo.dtype, device=wo.device)
-    sd = {b + "W_out": wo.T, b + "b_out": torch.zeros(cfg.d_model, **zeros), b + "b_in": torch.zeros(cfg.d_mlp, **zeros)}
+    sd = {
+        b + "W_out": wo.T,
+        b + "b_out": torch.zeros(cfg.d_model, **zeros),
+        b + "b_in": torch.zeros(cfg.d_mlp, **zeros),
+    }
     if cfg.gated_mlp:
         sd[b + "W_gate"], sd[b + "W_in"] = hf[p + "wi_0.weight"].T, hf[p + "wi_1.weight"].T  # [d_model, d_mlp]
         sd[b + "b_gate"] = torch.zeros(cfg.d_mlp, **zeros)
@@ -85,7 +89,11 @@ def _stack(hf, stack: str, cfg) -> dict[str, torch.Tensor]:
     """One stack's blocks: the encoder's sublayers are `layer.0` (attn), `layer.1` (MLP); the
     decoder's `layer.0` (self), `layer.1` (cross), `layer.2` (MLP)."""
     decoder = stack == "decoder"
-    sd = {f"{stack}.0.attn.rel_pos_bias.weight": hf[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]}
+    sd = {
+        f"{stack}.0.attn.rel_pos_bias.weight": hf[
+            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        ]
+    }
     for l in range(cfg.n_layers):
         p, b = f"{stack}.block.{l}.layer.", f"{stack}.{l}."
         sd.update(_attention(hf, p + "0.SelfAttention.", b + "attn.", cfg))
@@ -121,4 +129,6 @@ def convert_t5_weights(hf: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.T
     return sd
 
 
-T5 = register_model_class_architecture("T5ForConditionalGeneration", "HookedEncoderDecoder", convert_t5_config, convert_t5_weights)
+T5 = register_model_class_architecture(
+    "T5ForConditionalGeneration", "HookedEncoderDecoder", convert_t5_config, convert_t5_weights
+)

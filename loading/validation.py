@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
-from hooked.errors import CheckpointError, HookedError, InputError, UnsafeCheckpointError, WeightShapeError
-from hooked.validation import to_dtype  # noqa: F401  (re-exported)
+from hooked.core.errors import CheckpointError, HookedError, InputError, UnsafeCheckpointError, WeightShapeError
+from hooked.core.validation import to_dtype  # noqa: F401  (re-exported)
 
 #: HuggingFace `from_pretrained` keyword arguments that `hooked.from_pretrained` accepts.
 HF_LOADING_ARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code", "torch_dtype")
-
 
 
 # -- arguments -------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ TEXTS = [
     "anniversary of the French Revolution. Although initially criticised by some of France's leading artists and "
     "intellectuals for its design, it has since become a global cultural icon of France and one of the most "
     "recognisable structures in the world.",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n    for _ in range(n):\n"
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    a, b = 0, 1\n    for _ in range(n):\n'
     "        a, b = b, a + b\n    return a\n\n\ndef is_prime(n):\n    if n < 2:\n        return False\n"
     "    for d in range(2, int(n ** 0.5) + 1):\n        if n % d == 0:\n            return False\n    return True\n\n"
     "print([fibonacci(i) for i in range(10)])\nprint([p for p in range(50) if is_prime(p)])\n",

@@ -33,7 +33,9 @@ def make_tokenizer(prepends_bos: bool = False, vocab_size: int = 300):
         tok.post_processor = processors.TemplateProcessing(
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
         )
-        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<pad>")
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tok, bos_token="<s>", eos_token="<|endoftext|>", pad_token="<pad>"
+        )
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
 
@@ -64,7 +66,9 @@ def hooked_from(hf, tokenizer=None, **kwargs):
 def hf_block_outputs(hf, blocks, *args, **kwargs) -> list[torch.Tensor]:
     """Run `hf(*args)` and return each decoder block's output hidden state."""
     outputs = []
-    handles = [b.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o)) for b in blocks]
+    handles = [
+        b.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o)) for b in blocks
+    ]
     try:
         with torch.no_grad():
             hf(*args, **kwargs)

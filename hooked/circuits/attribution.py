@@ -9,7 +9,7 @@ from gradients:
            * (clean - corrupted)                                    `steps` forwards + backwards per hook
 
 The baseline is the corrupted run (denoising: the estimate of metric(patched) - metric(corrupted)),
-the convention of `hooked.patching`. IG uses midpoints alpha = (i + 0.5) / steps, so at a full
+the convention of `hooked.analysis.patching`. IG uses midpoints alpha = (i + 0.5) / steps, so at a full
 cut (every position of one `hook_resid_pre`) the attributions sum to metric(clean) - metric(corrupted)
 up to the quadrature error. Per-head and per-position views come from the activation shapes.
 
@@ -22,7 +22,7 @@ sum_l |AtP_l| / (n_layers - 1), which stops cancelling paths from hiding a node.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -33,7 +33,7 @@ from hooked.circuits.softmax_recompute import (
     extra_names,
     recompute_attribution,
 )
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 LEAF_HOOKS = ("hook_embed", "hook_pos_embed")
@@ -78,10 +78,21 @@ def attribution_patch(
     Returns:
         hook name -> tensor of the activation's shape (see `recompute_softmax`).
     """
-    if getattr(model, "is_remote", False):  # a hooked.remote model: the server computes it (metric: hooked.metrics)
+    if getattr(
+        model, "is_remote", False
+    ):  # a hooked.remote model: the server computes it (metric: hooked.analysis.metrics)
         return model.remote_attribution_patch(
-            clean, corrupted, metric, names_filter, method, steps, sum_batch, attention_mask, recompute_softmax,
-            grad_drop, steps_per_forward,
+            clean,
+            corrupted,
+            metric,
+            names_filter,
+            method,
+            steps,
+            sum_batch,
+            attention_mask,
+            recompute_softmax,
+            grad_drop,
+            steps_per_forward,
         )
     if method not in ("atp", "ig"):
         raise InputError(f"method must be 'atp' or 'ig', got {method!r}")

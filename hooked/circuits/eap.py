@@ -14,7 +14,7 @@ all its upstream senders; nothing loops over edges.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -29,7 +29,7 @@ from hooked.circuits.nodes import (
     sender_hooks,
     split_inputs,
 )
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 

@@ -14,9 +14,9 @@ einsum per receiver hook applies all removed edges at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from hooked.circuits.graph import Graph
 from hooked.circuits.nodes import check_pair, collect_outputs_and_inputs, receiver_hooks, sender_hooks, split_inputs
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 
@@ -138,7 +138,9 @@ class FaithfulnessEvaluator:
     metric are computed once (3 forwards); each circuit then costs one forward (`n_forwards` counts all).
     """
 
-    def __init__(self, model, graph: Graph, clean, corrupted, metric: Metric, attention_mask=None, ablation="corrupted"):
+    def __init__(
+        self, model, graph: Graph, clean, corrupted, metric: Metric, attention_mask=None, ablation="corrupted"
+    ):
         check_pair(clean, corrupted)
         self.model, self.clean, self.metric, self.attention_mask = model, clean, metric, attention_mask
         self.reference = corrupted_values(model, graph, corrupted, attention_mask, ablation)

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from jaxtyping import Bool, Float
 
-from hooked.errors import GraphMismatchError, InputError
+from hooked.core.errors import GraphMismatchError, InputError
 
 logger = logging.getLogger(__name__)
 FORMAT = "hooked.circuits.Graph"
@@ -261,7 +261,9 @@ class Graph:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InputError("not a saved hooked Graph: write it with graph.save(path) or graph.to_json(path)")
         if data["version"] > FORMAT_VERSION:
-            raise InputError(f"graph file version {data['version']} is newer than this hooked ({FORMAT_VERSION}): upgrade hooked")
+            raise InputError(
+                f"graph file version {data['version']} is newer than this hooked ({FORMAT_VERSION}): upgrade hooked"
+            )
         shape = data["model"]
         if shape is None:
             raise InputError("this graph was not made by Graph.from_model, so its nodes cannot be rebuilt")

@@ -8,13 +8,13 @@ an edge can be patched into one receiver without touching the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import torch
 
 from hooked.circuits.graph import Graph, heads_are_senders
-from hooked.errors import PatchingError
+from hooked.core.errors import PatchingError
 
 #: fn(first_index, out) with out `[batch, pos, n, d_model]`: n consecutive senders' outputs.
 SenderFn = Callable[[int, torch.Tensor], None]

@@ -13,7 +13,7 @@ batched forwards (`sets_per_forward` copies of the batch per forward), one metri
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from jaxtyping import Float, Int
@@ -26,7 +26,7 @@ from hooked.circuits.nodes import (
     receiver_hooks,
     split_inputs,
 )
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 

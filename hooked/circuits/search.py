@@ -23,8 +23,8 @@ True only says that no evaluated pair contradicted it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from jaxtyping import Float, Int
@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from hooked.circuits.edge_patching import FaithfulnessEvaluator
 from hooked.circuits.graph import Graph
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 
@@ -65,7 +65,9 @@ class CircuitSearch:
         return not self.violations
 
     def __repr__(self) -> str:
-        shape = "monotone where evaluated" if self.monotone else f"NOT monotone: {len(self.violations)} contradicting pairs"
+        shape = (
+            "monotone where evaluated" if self.monotone else f"NOT monotone: {len(self.violations)} contradicting pairs"
+        )
         return (
             f"CircuitSearch({self.n_edges} edges (top {self.k}) at faithfulness {self.faithfulness:.4f} "
             f">= {self.target}; {len(self.evaluations)} circuits evaluated, {shape})"
@@ -100,7 +102,9 @@ def smallest_circuit(
     evaluate = FaithfulnessEvaluator(model, graph, clean, corrupted, metric, attention_mask, ablation)
     search = _Search(graph, evaluate, target, graph.edge_order(absolute))
     expected = 2 * math.ceil(math.log2(max(graph.n_total_edges, 2))) + scan
-    with tqdm(total=expected, desc=f"circuit search (faithfulness >= {target})", unit="circuit", disable=not verbose) as bar:
+    with tqdm(
+        total=expected, desc=f"circuit search (faithfulness >= {target})", unit="circuit", disable=not verbose
+    ) as bar:
         search.bar = bar
         best = search.run(scan)
     below = search.next_smaller(best.k)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 SOFTMAX_NAMES = ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k")
 

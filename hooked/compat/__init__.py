@@ -3,7 +3,7 @@
     import hooked.compat
     hooked.compat.alias_transformer_lens()
     from transformer_lens import HookedTransformer        # hooked's class
-    import transformer_lens.utils as utils                # hooked.utils
+    import transformer_lens.utils as utils                # hooked.core.utils
     from transformer_lens.components.mlps.mlp import MLP  # components.MLP
 
 Every public module path of TransformerLens 2.x is mapped in `TL_MODULES` to the `hooked`

@@ -18,22 +18,39 @@ TL_VERSION = "2.18.0"
 TL_MODULES: dict[str, str] = {
     "transformer_lens": "hooked.compat.root",
     "transformer_lens.utils": "hooked.compat.utils",
-    "transformer_lens.hook_points": "hooked.hook_points",
-    "transformer_lens.patching": "hooked.patching",
-    "transformer_lens.head_detector": "hooked.head_detector",
-    "transformer_lens.past_key_value_caching": "hooked.past_key_value_caching",
+    "transformer_lens.hook_points": "hooked.core.hook_points",
+    "transformer_lens.patching": "hooked.analysis.patching",
+    "transformer_lens.head_detector": "hooked.analysis.head_detector",
+    "transformer_lens.past_key_value_caching": "hooked.generation.kv_cache",
     "transformer_lens.loading_from_pretrained": "hooked.compat.loading_from_pretrained",
-    "transformer_lens.ActivationCache": "hooked.activation_cache",
-    "transformer_lens.FactoredMatrix": "hooked.factored_matrix",
-    "transformer_lens.HookedTransformer": "hooked.hooked_transformer",
-    "transformer_lens.HookedTransformerConfig": "hooked.config",
+    "transformer_lens.ActivationCache": "hooked.analysis.activation_cache",
+    "transformer_lens.FactoredMatrix": "hooked.core.factored_matrix",
+    "transformer_lens.HookedTransformer": "hooked.models.hooked_transformer",
+    "transformer_lens.HookedTransformerConfig": "hooked.core.config",
     "transformer_lens.evals": "hooked.compat.evals",
     "transformer_lens.pretrained": "hooked.compat.pretrained",
     "transformer_lens.pretrained.weight_conversions": "hooked.compat.pretrained",
     **{
         f"transformer_lens.pretrained.weight_conversions.{name}": "hooked.compat.pretrained"
-        for name in ("apertus", "bloom", "gemma", "gpt2", "gptj", "llama", "mistral", "mixtral", "neo", "neox",
-                     "openai", "opt", "phi", "phi3", "qwen", "qwen2", "qwen3")
+        for name in (
+            "apertus",
+            "bloom",
+            "gemma",
+            "gpt2",
+            "gptj",
+            "llama",
+            "mistral",
+            "mixtral",
+            "neo",
+            "neox",
+            "openai",
+            "opt",
+            "phi",
+            "phi3",
+            "qwen",
+            "qwen2",
+            "qwen3",
+        )
     },
     "transformer_lens.utilities": "hooked.compat.utilities",
     "transformer_lens.utilities.activation_functions": "hooked.compat.utilities",
@@ -45,8 +62,8 @@ TL_MODULES: dict[str, str] = {
     "transformer_lens.factories.mlp_factory": "hooked.compat.factories",
     "transformer_lens.components": "hooked.compat.components",
     # encoders (BERT) and the LIT integration
-    "transformer_lens.HookedEncoder": "hooked.hooked_encoder",
-    "transformer_lens.BertNextSentencePrediction": "hooked.next_sentence_prediction",
+    "transformer_lens.HookedEncoder": "hooked.models.hooked_encoder",
+    "transformer_lens.BertNextSentencePrediction": "hooked.models.next_sentence_prediction",
     "transformer_lens.pretrained.weight_conversions.bert": "hooked.compat.pretrained",
     "transformer_lens.lit": "hooked.compat.lit",
     "transformer_lens.lit.constants": "hooked.compat.lit.constants",
@@ -80,14 +97,16 @@ TL_MODULES: dict[str, str] = {
 
 
 # encoders and encoder-decoders: T5 (HookedEncoderDecoder) and HuBERT (HookedAudioEncoder)
-TL_MODULES.update({
-    "transformer_lens.HookedEncoderDecoder": "hooked.hooked_encoder_decoder",
-    "transformer_lens.HookedAudioEncoder": "hooked.hooked_audio_encoder",
-    "transformer_lens.pretrained.weight_conversions.t5": "hooked.compat.encoders",
-    "transformer_lens.pretrained.weight_conversions.hubert": "hooked.compat.encoders",
-    "transformer_lens.components.t5_attention": "hooked.compat.encoders",
-    "transformer_lens.components.t5_block": "hooked.compat.encoders",
-})
+TL_MODULES.update(
+    {
+        "transformer_lens.HookedEncoderDecoder": "hooked.models.hooked_encoder_decoder",
+        "transformer_lens.HookedAudioEncoder": "hooked.models.hooked_audio_encoder",
+        "transformer_lens.pretrained.weight_conversions.t5": "hooked.compat.encoders",
+        "transformer_lens.pretrained.weight_conversions.hubert": "hooked.compat.encoders",
+        "transformer_lens.components.t5_attention": "hooked.compat.encoders",
+        "transformer_lens.components.t5_block": "hooked.compat.encoders",
+    }
+)
 
 
 class _Distribution(importlib.metadata.Distribution):

@@ -22,12 +22,12 @@ from hooked.components import (  # noqa: F401
     RMSNormPre,
     TransformerBlock,
     Unembed,
+    moe,  # noqa: E402
 )
-from hooked.components import moe  # noqa: E402
-from hooked.components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
 from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed  # noqa: F401
-from hooked.config import HookedTransformerConfig
-from hooked.hook_points import HookPoint
+from hooked.components.moe import ClampedSwiGLUExpert, MoE  # noqa: F401
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.hook_points import HookPoint
 
 AbstractAttention = Attention
 __path__: list[str] = []

@@ -6,16 +6,23 @@ do, and run hooked's converters from `loading/t5.py` and `loading/hubert.py`.
 
 from __future__ import annotations
 
+from hooked.compat.pretrained import _hf_tensors
 from hooked.components.hubert import HubertBlock
 from hooked.components.t5 import T5Attention, T5Block
-from hooked.compat.pretrained import _hf_tensors
-from hooked.hooked_audio_encoder import HookedAudioEncoder
-from hooked.hooked_encoder_decoder import HookedEncoderDecoder
+from hooked.models.hooked_audio_encoder import HookedAudioEncoder
+from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 
 __path__: list[str] = []
 
-__all__ = ["HookedAudioEncoder", "HookedEncoderDecoder", "HubertBlock", "T5Attention", "T5Block",
-           "convert_hubert_weights", "convert_t5_weights"]
+__all__ = [
+    "HookedAudioEncoder",
+    "HookedEncoderDecoder",
+    "HubertBlock",
+    "T5Attention",
+    "T5Block",
+    "convert_hubert_weights",
+    "convert_t5_weights",
+]
 
 
 def convert_t5_weights(t5, cfg) -> dict:
@@ -41,5 +48,8 @@ def convert_hubert_weights(hf_model, cfg) -> dict:
     for l in range(cfg.n_layers):
         state.update(block_weights(tensors, l, cfg))
     if "encoder.layer_norm.weight" in tensors:
-        state["ln_final.w"], state["ln_final.b"] = tensors["encoder.layer_norm.weight"], tensors["encoder.layer_norm.bias"]
+        state["ln_final.w"], state["ln_final.b"] = (
+            tensors["encoder.layer_norm.weight"],
+            tensors["encoder.layer_norm.bias"],
+        )
     return state

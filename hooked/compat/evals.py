@@ -95,18 +95,7 @@ def evaluate(model, truncate: int = 100, batch_size: int = 8, tokenizer=None) ->
 
 # -- MMLU (zero-shot multiple choice, dataset `cais/mmlu`) ------------------------------
 
-MMLU_SUBJECTS = (
-    "abstract_algebra anatomy astronomy business_ethics clinical_knowledge college_biology college_chemistry "
-    "college_computer_science college_mathematics college_medicine college_physics computer_security "
-    "conceptual_physics econometrics electrical_engineering elementary_mathematics formal_logic global_facts "
-    "high_school_biology high_school_chemistry high_school_computer_science high_school_european_history "
-    "high_school_geography high_school_government_and_politics high_school_macroeconomics high_school_mathematics "
-    "high_school_microeconomics high_school_physics high_school_psychology high_school_statistics "
-    "high_school_us_history high_school_world_history human_aging human_sexuality international_law jurisprudence "
-    "logical_fallacies machine_learning management marketing medical_genetics miscellaneous moral_disputes "
-    "moral_scenarios nutrition philosophy prehistory professional_accounting professional_law professional_medicine "
-    "professional_psychology public_relations security_studies sociology us_foreign_policy virology world_religions"
-).split()
+MMLU_SUBJECTS = ["abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge", "college_biology", "college_chemistry", "college_computer_science", "college_mathematics", "college_medicine", "college_physics", "computer_security", "conceptual_physics", "econometrics", "electrical_engineering", "elementary_mathematics", "formal_logic", "global_facts", "high_school_biology", "high_school_chemistry", "high_school_computer_science", "high_school_european_history", "high_school_geography", "high_school_government_and_politics", "high_school_macroeconomics", "high_school_mathematics", "high_school_microeconomics", "high_school_physics", "high_school_psychology", "high_school_statistics", "high_school_us_history", "high_school_world_history", "human_aging", "human_sexuality", "international_law", "jurisprudence", "logical_fallacies", "machine_learning", "management", "marketing", "medical_genetics", "miscellaneous", "moral_disputes", "moral_scenarios", "nutrition", "philosophy", "prehistory", "professional_accounting", "professional_law", "professional_medicine", "professional_psychology", "public_relations", "security_studies", "sociology", "us_foreign_policy", "virology", "world_religions"]
 MMLU_ANSWER_LETTERS = ["A", "B", "C", "D"]
 
 
@@ -126,8 +115,10 @@ def make_mmlu_data_loader(subjects=None, split: str = "test", num_samples: int |
     for subject in _mmlu_subjects(subjects):
         dataset = load_dataset("cais/mmlu", subject, split=split)
         n = len(dataset) if num_samples is None else min(num_samples, len(dataset))
-        examples += [dict(question=row["question"], choices=row["choices"], answer=row["answer"], subject=subject)
-                     for row in (dataset[i] for i in range(n))]
+        examples += [
+            dict(question=row["question"], choices=row["choices"], answer=row["answer"], subject=subject)
+            for row in (dataset[i] for i in range(n))
+        ]
     return examples
 
 
@@ -153,8 +144,12 @@ def mmlu_eval(model, tokenizer=None, subjects=None, split: str = "test", num_sam
         correct.setdefault(example["subject"], []).append(int(logits.argmax()) == example["answer"])
     num_correct = sum(sum(v) for v in correct.values())
     num_total = sum(len(v) for v in correct.values())
-    return dict(accuracy=num_correct / num_total, num_correct=num_correct, num_total=num_total,
-                subject_scores={s: sum(v) / len(v) for s, v in correct.items()})
+    return dict(
+        accuracy=num_correct / num_total,
+        num_correct=num_correct,
+        num_total=num_total,
+        subject_scores={s: sum(v) / len(v) for s, v in correct.items()},
+    )
 
 
 # -- Indirect object identification (IOI) ------------------------------------------------
@@ -167,8 +162,16 @@ class IOIDataset(torch.utils.data.Dataset):
     `symmetric=True` adds each prompt with the two names swapped. Sampling is seeded (42).
     """
 
-    def __init__(self, tokenizer, templates=None, names=None, nouns=None, num_samples: int = 1000,
-                 symmetric: bool = False, prepend_bos: bool = True):
+    def __init__(
+        self,
+        tokenizer,
+        templates=None,
+        names=None,
+        nouns=None,
+        num_samples: int = 1000,
+        symmetric: bool = False,
+        prepend_bos: bool = True,
+    ):
         self.tokenizer, self.prepend_bos = tokenizer, prepend_bos
         self.templates = templates or self.get_default_templates()
         self.names = names or self.get_default_names()
@@ -182,8 +185,9 @@ class IOIDataset(torch.utils.data.Dataset):
             template = template.replace(f"[{kind}]", rng.choice(words))
         a, b = rng.sample(self.names, 2)
         pairs = [(a, b), (b, a)] if symmetric else [(a, b)]
-        return [{"text": template.replace("[A]", io).replace("[B]", s), "IO": " " + io, "S": " " + s}
-                for io, s in pairs]
+        return [
+            {"text": template.replace("[A]", io).replace("[B]", s), "IO": " " + io, "S": " " + s} for io, s in pairs
+        ]
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -193,8 +197,11 @@ class IOIDataset(torch.utils.data.Dataset):
         prompt = self.tokenizer.encode(sample["text"])
         if self.prepend_bos:
             prompt = [self.tokenizer.bos_token_id] + prompt
-        return {"prompt": torch.LongTensor(prompt), "IO": torch.LongTensor(self.tokenizer.encode(sample["IO"])),
-                "S": torch.LongTensor(self.tokenizer.encode(sample["S"]))}
+        return {
+            "prompt": torch.LongTensor(prompt),
+            "IO": torch.LongTensor(self.tokenizer.encode(sample["IO"])),
+            "S": torch.LongTensor(self.tokenizer.encode(sample["S"])),
+        }
 
     @staticmethod
     def get_default_names() -> list[str]:
@@ -202,8 +209,10 @@ class IOIDataset(torch.utils.data.Dataset):
 
     @staticmethod
     def get_default_templates() -> list[str]:
-        return ["[A] and [B] went to the [LOCATION] to buy [OBJECT]. [B] handed the [OBJECT] to [A]",
-                "Then, [B] and [A] went to the [LOCATION]. [B] gave the [OBJECT] to [A]"]
+        return [
+            "[A] and [B] went to the [LOCATION] to buy [OBJECT]. [B] handed the [OBJECT] to [A]",
+            "Then, [B] and [A] went to the [LOCATION]. [B] gave the [OBJECT] to [A]",
+        ]
 
     @staticmethod
     def get_default_nouns() -> dict[str, list[str]]:
@@ -211,8 +220,9 @@ class IOIDataset(torch.utils.data.Dataset):
 
 
 @torch.inference_mode()
-def ioi_eval(model, dataset=None, batch_size: int = 8, num_samples: int = 1000, tokenizer=None,
-             symmetric: bool = False) -> dict[str, float]:
+def ioi_eval(
+    model, dataset=None, batch_size: int = 8, num_samples: int = 1000, tokenizer=None, symmetric: bool = False
+) -> dict[str, float]:
     """Mean logit difference IO - S at the first token where the two names differ, and how often it is > 0."""
     dataset = dataset or IOIDataset(tokenizer or model.tokenizer, num_samples=num_samples, symmetric=symmetric)
     total_diff, total_correct = 0.0, 0

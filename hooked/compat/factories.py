@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hooked.compat.utils import ACTIVATION_FN_DICT, XIELU
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 __path__: list[str] = []
 

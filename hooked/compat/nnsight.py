@@ -25,16 +25,18 @@ from typing import Any
 import torch
 from jaxtyping import Int
 
-from hooked.errors import InputTypeError
-from hooked.generation import generate_stream
-from hooked.tokenization import pad_rows
+from hooked.core.errors import InputTypeError
+from hooked.generation.loop import generate_stream
+from hooked.models.tokenization import pad_rows
 
 try:
     from nnsight import NNsight
     from nnsight.intervention.envoy import traceable
     from nnsight.modeling.transformers import Generator, GeneratorEnvoy
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("hooked.compat.nnsight needs nnsight: pip install 'hooked[nnsight]' (or pip install nnsight)") from e
+    raise ImportError(
+        "hooked.compat.nnsight needs nnsight: pip install 'hooked[nnsight]' (or pip install nnsight)"
+    ) from e
 
 # HuggingFace's `generate` decodes greedily unless asked to sample; hooked's samples by default.
 GENERATE_DEFAULTS = dict(do_sample=False, verbose=False)

@@ -7,7 +7,7 @@ A family `hooked` does not convert raises the registry's error naming the suppor
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 

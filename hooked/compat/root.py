@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from hooked import head_detector, hook_points, patching
-from hooked.compat import utils
-from hooked.compat import loading_from_pretrained
+from hooked.analysis import head_detector, patching
+from hooked.analysis.activation_cache import ActivationCache
+from hooked.compat import components, evals, factories, loading_from_pretrained, utils
 from hooked.compat import loading_from_pretrained as loading
-from hooked.activation_cache import ActivationCache
-from hooked.compat import components, evals, factories
-from hooked.config import HookedTransformerConfig
-from hooked.factored_matrix import FactoredMatrix
-from hooked.hooked_transformer import HookedTransformer
-from hooked.hooked_encoder import HookedEncoder
-from hooked.next_sentence_prediction import BertNextSentencePrediction
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
+from hooked.core import hook_points
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.factored_matrix import FactoredMatrix
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
+from hooked.models.hooked_encoder import HookedEncoder
+from hooked.models.hooked_transformer import HookedTransformer
+from hooked.models.next_sentence_prediction import BertNextSentencePrediction
 
 # TransformerLens's legacy names
 EasyTransformer = HookedTransformer
@@ -49,7 +48,7 @@ __all__ = [
 ]
 
 # encoders and encoder-decoders (T5, HuBERT)
-from hooked.hooked_audio_encoder import HookedAudioEncoder  # noqa: E402
-from hooked.hooked_encoder_decoder import HookedEncoderDecoder  # noqa: E402
+from hooked.models.hooked_audio_encoder import HookedAudioEncoder  # noqa: E402
+from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder  # noqa: E402
 
 __all__ += ["HookedAudioEncoder", "HookedEncoderDecoder"]

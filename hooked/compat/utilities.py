@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 
-from hooked.components.attention import project
 from hooked.compat.utils import (  # noqa: F401
     ACTIVATION_FN_DICT,
     XIELU,
@@ -16,6 +15,7 @@ from hooked.compat.utils import (  # noqa: F401
     xielu,
 )
 from hooked.components.activations import solu  # noqa: F401
+from hooked.components.attention import project
 
 __path__: list[str] = []
 SUPPORTED_ACTIVATIONS = ACTIVATION_FN_DICT
@@ -67,7 +67,7 @@ def get_best_available_cuda_device(max_devices: int | None = None) -> torch.devi
         determine_available_memory_for_available_devices(max_devices or torch.cuda.device_count())
     )
     if not devices:
-        raise EnvironmentError("No CUDA devices available")
+        raise OSError("No CUDA devices available")
     return torch.device("cuda", devices[0][0])
 
 

@@ -1,4 +1,4 @@
-"""`transformer_lens.utils`: everything in `hooked.utils`, plus TransformerLens 2.x's other helpers.
+"""`transformer_lens.utils`: everything in `hooked.core.utils`, plus TransformerLens 2.x's other helpers.
 
 The helpers here follow TransformerLens's semantics (same arguments, defaults and
 results); they are written for `hooked` and used only through the alias.
@@ -6,26 +6,33 @@ results); they are written for `hooked` and used only through the alias.
 
 from __future__ import annotations
 
-from hooked.components import xielu as _xielu
-
 import importlib.util
 import inspect
 import logging
 import os
 import shutil
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.components import xielu as _xielu
 from hooked.components.activations import solu
-from hooked.factored_matrix import FactoredMatrix
-from hooked.utils import *  # noqa: F401,F403
-from hooked.utils import USE_DEFAULT_VALUE, Slice, get_act_name, lm_accuracy, lm_cross_entropy_loss, to_numpy  # noqa: F401
-from hooked.utils import positions_from_mask
+from hooked.core.factored_matrix import FactoredMatrix
+from hooked.core.utils import *  # noqa: F401,F403
+from hooked.core.utils import (  # noqa: F401
+    USE_DEFAULT_VALUE,
+    Slice,
+    get_act_name,
+    lm_accuracy,
+    lm_cross_entropy_loss,
+    positions_from_mask,
+    to_numpy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +106,7 @@ def composition_scores(left: FactoredMatrix, right: FactoredMatrix, broadcast_di
         for i in range(r_leading):
             left = left.unsqueeze(i + l_leading)
     if left.rdim != right.ldim:
-        from hooked.errors import ShapeMismatchError
+        from hooked.core.errors import ShapeMismatchError
 
         raise ShapeMismatchError(
             f"Composition scores require left.rdim==right.ldim, shapes were left: {left.shape}, right:{right.shape}"
@@ -203,14 +210,14 @@ def sample_logits(
     tokens: Int[torch.Tensor, "batch pos"] | None = None,
 ) -> Int[torch.Tensor, "batch"]:  # noqa: F405
     """One sampled token per row (temperature 0 is greedy), as TransformerLens samples."""
-    from hooked.sampling import sample_next_token
+    from hooked.generation.sampling import sample_next_token
 
     if top_k is not None and top_k <= 0:
-        from hooked.errors import InputError
+        from hooked.core.errors import InputError
 
         raise InputError(f"top_k has to be greater than 0, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
-        from hooked.errors import InputError
+        from hooked.core.errors import InputError
 
         raise InputError(f"top_p has to be in (0, 1], got {top_p}")
     return sample_next_token(
@@ -221,7 +228,7 @@ def sample_logits(
 # -- tokenizers and tokens ------------------------------------------------------------
 def get_attention_mask(tokenizer, tokens: Int[torch.Tensor, "batch pos"], prepend_bos: bool) -> torch.Tensor:
     """TransformerLens's pad-id inference: leading pads masked if the tokenizer pads left, trailing otherwise."""
-    from hooked.utils import get_attention_mask as left_padding_mask
+    from hooked.core.utils import get_attention_mask as left_padding_mask
 
     if tokenizer.padding_side == "left":
         return left_padding_mask(tokenizer, tokens, prepend_bos)
@@ -232,7 +239,9 @@ def get_attention_mask(tokenizer, tokens: Int[torch.Tensor, "batch pos"], prepen
     return mask.long()
 
 
-def get_tokens_with_bos_removed(tokenizer, tokens: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch pos_minus_1"]:
+def get_tokens_with_bos_removed(
+    tokenizer, tokens: Int[torch.Tensor, "batch pos"]
+) -> Int[torch.Tensor, "batch pos_minus_1"]:
     """Drop each row's BOS (the first token if padding is right, else the BOS after the leading pads)."""
     if tokenizer.padding_side == "right":
         return tokens[..., 1:]
@@ -355,7 +364,9 @@ def print_gpu_mem(step_name: str = "") -> None:
         print(f"{step_name} ~ CUDA not available")
 
 
-def download_file_from_hf(repo_name: str, file_name: str, subfolder: str = ".", cache_dir=None, force_is_torch=False, **kwargs):
+def download_file_from_hf(
+    repo_name: str, file_name: str, subfolder: str = ".", cache_dir=None, force_is_torch=False, **kwargs
+):
     """Download (or find in the local HF cache) one file of a hub repo; JSON is parsed, `.pt`/`.pth` loaded."""
     import json
 

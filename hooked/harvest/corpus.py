@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from jaxtyping import Bool, Int
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 TEXT_SUFFIXES = (".txt", ".jsonl")
 TENSOR_SUFFIXES = (".pt", ".safetensors")
@@ -49,8 +49,10 @@ class Corpus:
         if isinstance(source, (str, os.PathLike)):
             self.path = Path(source)
             if not self.path.exists():
-                raise InputError(f"Corpus {str(self.path)!r} does not exist: pass a text/JSONL file, a directory "
-                                 f"of them, a .pt/.safetensors token tensor or a saved `datasets` dataset.")
+                raise InputError(
+                    f"Corpus {str(self.path)!r} does not exist: pass a text/JSONL file, a directory "
+                    f"of them, a .pt/.safetensors token tensor or a saved `datasets` dataset."
+                )
             self.files = self._files()
         else:
             self.path, self.files = None, []
@@ -62,7 +64,9 @@ class Corpus:
             return []  # a `datasets.save_to_disk` directory
         files = sorted(p for p in self.path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES + TENSOR_SUFFIXES)
         if not files:
-            raise InputError(f"Corpus directory {str(self.path)!r} holds no {', '.join(TEXT_SUFFIXES + TENSOR_SUFFIXES)} files.")
+            raise InputError(
+                f"Corpus directory {str(self.path)!r} holds no {', '.join(TEXT_SUFFIXES + TENSOR_SUFFIXES)} files."
+            )
         return files
 
     def _dataset(self):
@@ -160,8 +164,10 @@ def _token_stream(corpus: Corpus, tokenizer, context_length: int):
             yield doc, i, True
             continue
         elif tokenizer is None:
-            raise InputError(f"Token row {i} is {doc.numel()} tokens, not context_length={context_length}: cutting "
-                             f"it into contexts needs BOS/EOS ids, so load the model with its tokenizer.")
+            raise InputError(
+                f"Token row {i} is {doc.numel()} tokens, not context_length={context_length}: cutting "
+                f"it into contexts needs BOS/EOS ids, so load the model with its tokenizer."
+            )
         if doc.numel():
             yield doc, i, False
 
@@ -181,8 +187,11 @@ def iter_contexts(corpus: Corpus, tokenizer, context_length: int, tokenization: 
                 yield doc, torch.full_like(doc, i)
                 continue
             for start in range(0, doc.numel(), body):
-                piece = doc[start:start + body]
-                yield torch.cat([torch.tensor([bos]), piece]), torch.cat([torch.tensor([-1]), torch.full_like(piece, i)])
+                piece = doc[start : start + body]
+                yield (
+                    torch.cat([torch.tensor([bos]), piece]),
+                    torch.cat([torch.tensor([-1]), torch.full_like(piece, i)]),
+                )
         return
     buf, idx, n = [], [], 0
     for doc, i, is_context in _token_stream(corpus, tokenizer, context_length):

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
+from hooked.core.validation import to_dtype
 from hooked.harvest import distributed, writer
 from hooked.harvest.corpus import Batch, Corpus, iter_batches, iter_contexts, plan, special_ids
 from hooked.harvest.hooks import resolve_hooks, stop_layer
-from hooked.validation import to_dtype
 
 logger = logging.getLogger(__name__)
 POSITIONS = ("all", "skip_bos", "last")
@@ -94,26 +94,62 @@ def harvest(
     planned = plan(iter_contexts(corpus, model.tokenizer, context_length, tokenization), max_tokens, PLAN_LIMIT_TOKENS)
     if batches_per_shard is None:
         batches_per_shard = _resumed_batches_per_shard(manifests) or default_batches_per_shard(
-            shapes, dtype, context_length, batch_size, planned.n_batches(batch_size) or _estimate_batches(
-                max_tokens, context_length, batch_size))
-    args = dict(hooks=hooks, context_length=context_length, batch_size=batch_size, max_tokens=max_tokens,
-                dtype=str(dtype).removeprefix("torch."), positions=positions, tokenization=tokenization,
-                batches_per_shard=batches_per_shard, text_field=text_field)
-    identity = dict(model=model.cfg.model_name, config_sha256=config_hash(model.cfg),
-                    corpus_fingerprint=corpus.fingerprint, **args)
+            shapes,
+            dtype,
+            context_length,
+            batch_size,
+            planned.n_batches(batch_size) or _estimate_batches(max_tokens, context_length, batch_size),
+        )
+    args = dict(
+        hooks=hooks,
+        context_length=context_length,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        dtype=str(dtype).removeprefix("torch."),
+        positions=positions,
+        tokenization=tokenization,
+        batches_per_shard=batches_per_shard,
+        text_field=text_field,
+    )
+    identity = dict(
+        model=model.cfg.model_name, config_sha256=config_hash(model.cfg), corpus_fingerprint=corpus.fingerprint, **args
+    )
     writer.check_same_identity(out, manifests, identity)
     done = writer.completed_shards(manifests)
     own = [s for s in done.values() if s["index"] % world == rank]  # with world 1: every completed shard
-    manifest = dict(format=writer.FORMAT, identity=identity, model=dict(name=model.cfg.model_name, id=model_id,
-                    revision=getattr(model.cfg, "revision", None)), layout=layout, stop_at_layer=stop,
-                    hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()}, corpus=str(corpus.source),
-                    world_size=world, rank=rank, shards=own, complete=False)
+    manifest = dict(
+        format=writer.FORMAT,
+        identity=identity,
+        model=dict(name=model.cfg.model_name, id=model_id, revision=getattr(model.cfg, "revision", None)),
+        layout=layout,
+        stop_at_layer=stop,
+        hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()},
+        corpus=str(corpus.source),
+        world_size=world,
+        rank=rank,
+        shards=own,
+        complete=False,
+    )
     shard_writer = writer.ShardWriter(out, manifest, rank, world)
     total = planned.n_tokens if planned.n_tokens is not None else max_tokens
     start = time.perf_counter()
     try:
-        stats = _run(model, planned.contexts, corpus, hooks, stop, dtype, args, layout, done, rank, world,
-                     shard_writer, progress, total)
+        stats = _run(
+            model,
+            planned.contexts,
+            corpus,
+            hooks,
+            stop,
+            dtype,
+            args,
+            layout,
+            done,
+            rank,
+            world,
+            shard_writer,
+            progress,
+            total,
+        )
     except KeyboardInterrupt:
         kept = shard_writer.abort()
         raise writer.HarvestInterrupted(_interrupted_message(out, kept, total)) from None
@@ -128,8 +164,9 @@ def harvest(
     return manifest
 
 
-def default_batches_per_shard(shapes: dict, dtype: torch.dtype, context_length: int, batch_size: int,
-                              n_batches: int | None) -> int:
+def default_batches_per_shard(
+    shapes: dict, dtype: torch.dtype, context_length: int, batch_size: int, n_batches: int | None
+) -> int:
     """About 1/SHARDS_PER_HARVEST of the harvest per shard when its size is known, kept between MIN_SHARD_BYTES and
     SHARD_BYTES: a killed run redoes only the shard in progress, so a small harvest loses a few percent at most."""
     row_bytes = sum(torch.Size(s).numel() for s in shapes.values()) * dtype.itemsize  # one token, every hook
@@ -153,8 +190,10 @@ def _resumed_batches_per_shard(manifests: list[dict]) -> int | None:
 def _interrupted_message(out: Path, kept: list[dict], total: int | None) -> str:
     tokens = sum(s["tokens"] for s in kept)
     of = f" of {total}" if total else ""
-    return (f"{len(kept)} complete shards ({tokens}{of} tokens) are kept in {out}; rerun the same command to resume "
-            f"from there")
+    return (
+        f"{len(kept)} complete shards ({tokens}{of} tokens) are kept in {out}; rerun the same command to resume "
+        f"from there"
+    )
 
 
 def _check_args(model, context_length, batch_size, max_tokens, positions, tokenization) -> None:
@@ -194,11 +233,16 @@ def _forward(model, batch: Batch, hooks, stop, dtype, layout: str, positions: st
     tokens = batch.tokens.to(device, non_blocking=True)
     mask = None if bool(batch.mask.all()) else batch.mask.to(device).long()
     with torch.inference_mode():
-        _, cache = model.run_with_cache(tokens, names_filter=hooks, stop_at_layer=stop, attention_mask=mask,
-                                        return_type=None)
+        _, cache = model.run_with_cache(
+            tokens, names_filter=hooks, stop_at_layer=stop, attention_mask=mask, return_type=None
+        )
     b, p = batch.tokens.shape
-    meta = dict(tokens=batch.tokens, doc_index=batch.doc_index, pos_index=torch.arange(p).expand(b, p),
-                context_index=torch.arange(first_context, first_context + b).unsqueeze(1).expand(b, p))
+    meta = dict(
+        tokens=batch.tokens,
+        doc_index=batch.doc_index,
+        pos_index=torch.arange(p).expand(b, p),
+        context_index=torch.arange(first_context, first_context + b).unsqueeze(1).expand(b, p),
+    )
     start = 1 if positions == "skip_bos" else 0
     if layout == "contexts":  # [contexts, pos, ...]
         acts = {h: cache[h][:, start:] for h in hooks}
@@ -217,8 +261,22 @@ def _forward(model, batch: Batch, hooks, stop, dtype, layout: str, positions: st
     return dict(acts, **{k: v.contiguous() for k, v in meta.items()})
 
 
-def _run(model, contexts, corpus, hooks, stop, dtype, args, layout, done, rank, world, shard_writer, progress,
-         total: int | None) -> dict:
+def _run(
+    model,
+    contexts,
+    corpus,
+    hooks,
+    stop,
+    dtype,
+    args,
+    layout,
+    done,
+    rank,
+    world,
+    shard_writer,
+    progress,
+    total: int | None,
+) -> dict:
     """The batch loop: forward batch i while batch i-1 reaches the host; hand finished shards to the writer."""
     from tqdm.auto import tqdm
 
@@ -226,16 +284,25 @@ def _run(model, contexts, corpus, hooks, stop, dtype, args, layout, done, rank, 
     batches = iter_batches(contexts, args["batch_size"], args["max_tokens"], pad)
     bps = args["batches_per_shard"]
     initial = sum(s["tokens"] for s in shard_writer.manifest["shards"])
-    bar = tqdm(total=-(-total // world) if total else None, initial=initial, unit="tok", unit_scale=True,
-               disable=not progress, desc="harvest" if world == 1 else f"harvest rank {rank}")
+    bar = tqdm(
+        total=-(-total // world) if total else None,
+        initial=initial,
+        unit="tok",
+        unit_scale=True,
+        disable=not progress,
+        desc="harvest" if world == 1 else f"harvest rank {rank}",
+    )
     stats = dict(tokens=0, rows=0, shards=0, skipped=0)
     parts: list[dict] = []
     shard_of_parts = pending = None
 
     def submit() -> None:
         tensors = {k: torch.cat([p[k] for p in parts]) for k in parts[0] if k != "n_tokens"}
-        record = dict(contexts=int(tensors["context_index"].unique().numel()), rows=_n_rows(tensors, layout),
-                      tokens=sum(p["n_tokens"] for p in parts))
+        record = dict(
+            contexts=int(tensors["context_index"].unique().numel()),
+            rows=_n_rows(tensors, layout),
+            tokens=sum(p["n_tokens"] for p in parts),
+        )
         shard_writer.submit(shard_of_parts, tensors, record)
         stats["shards"] += 1
         stats["rows"] += record["rows"]
@@ -279,8 +346,10 @@ def _run(model, contexts, corpus, hooks, stop, dtype, args, layout, done, rank, 
     finally:
         bar.close()
     if n_contexts == 0:
-        raise InputError(f"The corpus {corpus.source!s} gives no context of {args['context_length']} tokens: it is "
-                         f"empty or shorter than one context. Use a larger corpus or a shorter --context-length.")
+        raise InputError(
+            f"The corpus {corpus.source!s} gives no context of {args['context_length']} tokens: it is "
+            f"empty or shorter than one context. Use a larger corpus or a shorter --context-length."
+        )
     return stats
 
 
@@ -294,6 +363,12 @@ def _summary(out: Path, manifest: dict, stats: dict, elapsed: float) -> None:
     logger.info(
         "harvest: %d tokens (%d rows, %d new shards, %d batches skipped as done or another rank's) in %.1f s "
         "(%.0f tokens/s); %d shards in %s",
-        stats["tokens"], stats["rows"], stats["shards"], stats["skipped"], elapsed, rate,
-        len(manifest["shards"]), out / writer.MANIFEST,
+        stats["tokens"],
+        stats["rows"],
+        stats["shards"],
+        stats["skipped"],
+        elapsed,
+        rate,
+        len(manifest["shards"]),
+        out / writer.MANIFEST,
     )

@@ -6,7 +6,7 @@ import difflib
 import fnmatch
 import re
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 GLOB_CHARS = "*?["
 
@@ -27,14 +27,18 @@ def resolve_hooks(model, hooks: str | list[str]) -> list[str]:
         if not matches:
             close = difflib.get_close_matches(item, names, n=5, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise InputError(f"No hook point matches {item!r}.{hint} (model.hook_dict lists all names; "
-                             f"use a glob such as 'blocks.*.hook_resid_post' for several.)")
+            raise InputError(
+                f"No hook point matches {item!r}.{hint} (model.hook_dict lists all names; "
+                f"use a glob such as 'blocks.*.hook_resid_post' for several.)"
+            )
         chosen.update(matches)
     for name in chosen:
         pos_axis = model.hook_dict[name].pos_axis
         if pos_axis != 1:
-            raise InputError(f"Hook {name!r} is not a per-token activation [batch, pos, ...] (its position axis is "
-                             f"{pos_axis}); harvest stores one row per token. Pick a hook such as hook_z or hook_q.")
+            raise InputError(
+                f"Hook {name!r} is not a per-token activation [batch, pos, ...] (its position axis is "
+                f"{pos_axis}); harvest stores one row per token. Pick a hook such as hook_z or hook_q."
+            )
     return [n for n in names if n in chosen]
 
 

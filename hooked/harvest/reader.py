@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.harvest import writer
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ class ActivationReader:
             raise InputError(f"{str(path)!r} does not exist: point ActivationReader at a `hooked harvest` --out dir.")
         self.manifest = writer.read_json(path)
         if not self.manifest.get("complete"):
-            logger.warning("%s is an unfinished harvest: reading its %d complete shards.", self.out,
-                           len(self.manifest["shards"]))
+            logger.warning(
+                "%s is an unfinished harvest: reading its %d complete shards.", self.out, len(self.manifest["shards"])
+            )
         self.hooks = list(self.manifest["hooks"])
         self.shards = self.manifest["shards"]
 
@@ -55,9 +56,11 @@ class ActivationReader:
         ident = self.manifest["identity"]
         hooks = ", ".join(f"{h} {list(self.row_shape(h))}" for h in self.hooks)
         state = "complete" if self.manifest.get("complete") else "unfinished"
-        return (f"ActivationReader({str(self.out)!r}: {len(self)} rows in {len(self.shards)} shards ({state}), "
-                f"{ident['dtype']}, hooks {hooks}; model {self.manifest['model']['name']}, context_length "
-                f"{ident['context_length']}, positions {ident['positions']!r}, {ident['tokenization']} tokenization)")
+        return (
+            f"ActivationReader({str(self.out)!r}: {len(self)} rows in {len(self.shards)} shards ({state}), "
+            f"{ident['dtype']}, hooks {hooks}; model {self.manifest['model']['name']}, context_length "
+            f"{ident['context_length']}, positions {ident['positions']!r}, {ident['tokenization']} tokenization)"
+        )
 
     @property
     def dtype(self) -> torch.dtype:
@@ -84,8 +87,15 @@ class ActivationReader:
                 out[key] = t
         return out
 
-    def batches(self, batch_size: int = 4096, keys: list[str] | None = None, shuffle: bool = False, seed: int = 0,
-                buffer_rows: int = 1 << 18, drop_last: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+    def batches(
+        self,
+        batch_size: int = 4096,
+        keys: list[str] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        buffer_rows: int = 1 << 18,
+        drop_last: bool = False,
+    ) -> Iterator[dict[str, torch.Tensor]]:
         """Yield dicts of `[batch_size, ...]` tensors. With `shuffle`, shards come in a seeded random order and rows
         are mixed in a buffer of about `buffer_rows` rows: the same seed gives the same batches."""
         if batch_size < 1:
@@ -113,14 +123,23 @@ class ActivationReader:
             n = len(buffer[keys[0]])
             yield from _split(buffer, 0, n // batch_size * batch_size if drop_last else n, batch_size)
 
-    def stream(self, hook: str, batch_size: int = 4096, shuffle: bool = True, seed: int = 0,
-               dtype: torch.dtype | None = torch.float32, **batch_kwargs) -> Iterator[torch.Tensor]:
+    def stream(
+        self,
+        hook: str,
+        batch_size: int = 4096,
+        shuffle: bool = True,
+        seed: int = 0,
+        dtype: torch.dtype | None = torch.float32,
+        **batch_kwargs,
+    ) -> Iterator[torch.Tensor]:
         """Endless `[batch_size, *row_shape]` batches of one hook, epoch after epoch (epoch e shuffled with seed + e):
         the `data_provider` SAELens's `SAETrainer` takes. Every batch is full; `dtype` converts (None: as stored)."""
         if hook not in self.hooks:
             raise InputError(f"Unknown hook {hook!r}: this harvest holds {self.hooks}.")
         if len(self) < batch_size:
-            raise InputError(f"batch_size={batch_size} is more than the harvest's {len(self)} rows; pass a smaller one.")
+            raise InputError(
+                f"batch_size={batch_size} is more than the harvest's {len(self)} rows; pass a smaller one."
+            )
         for epoch in itertools.count():
             for batch in self.batches(batch_size, [hook], shuffle, seed + epoch, drop_last=True, **batch_kwargs):
                 yield batch[hook] if dtype is None else batch[hook].to(dtype)
@@ -151,4 +170,4 @@ def _permute(buffer: dict[str, torch.Tensor], gen: torch.Generator) -> dict[str,
 
 def _split(buffer: dict[str, torch.Tensor], start: int, stop: int, size: int) -> Iterator[dict[str, torch.Tensor]]:
     for a in range(start, stop, size):
-        yield {k: v[a:min(a + size, stop)] for k, v in buffer.items()}
+        yield {k: v[a : min(a + size, stop)] for k, v in buffer.items()}

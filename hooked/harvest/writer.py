@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hooked.errors import HookedError, InputError
+from hooked.core.errors import HookedError, InputError
 
 SHARD_NAME = "shard-{rank:03d}-{index:06d}.safetensors"
 MANIFEST = "manifest.json"
@@ -167,7 +167,8 @@ class ShardWriter:
             tmp.unlink(missing_ok=True)
             full = " (the disk is full)" if e.errno == errno.ENOSPC else ""
             raise HarvestWriteError(
-                e.errno, f"Could not write {str(path)!r}{full}: {e.strerror or e}. The {len(self.manifest['shards'])} "
+                e.errno,
+                f"Could not write {str(path)!r}{full}: {e.strerror or e}. The {len(self.manifest['shards'])} "
                 f"shards listed in {self.path.name} are complete and valid; free space or fix the directory and "
                 f"rerun the same command to resume.",
             ) from e

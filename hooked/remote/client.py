@@ -6,22 +6,30 @@ import base64
 import contextlib
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
-from hooked import interventions
-from hooked.activation_cache import ActivationCache
-from hooked.config import HookedTransformerConfig
-from hooked.errors import InputError, RemoteError
+
+from hooked.analysis import interventions
+from hooked.analysis.activation_cache import ActivationCache
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.errors import InputError, RemoteError
+from hooked.core.utils import USE_DEFAULT_VALUE
+from hooked.models.tokenizer_mixin import TokenizerMixin
+from hooked.models.weight_views_mixin import WeightViewsMixin
 from hooked.serve import wire
-from hooked.tokenizer_mixin import TokenizerMixin
-from hooked.utils import USE_DEFAULT_VALUE
-from hooked.weight_views import WeightViewsMixin
 
 #: What a client accepts from its server: large, but still bounded.
-RESPONSE_LIMITS = wire.Limits(max_body_bytes=2**36, max_header_bytes=2**28, max_json_depth=32, max_tensors=2**20,
-                              max_ndim=8, max_tensor_elements=2**34)
+RESPONSE_LIMITS = wire.Limits(
+    max_body_bytes=2**36,
+    max_header_bytes=2**28,
+    max_json_depth=32,
+    max_tensors=2**20,
+    max_ndim=8,
+    max_tensor_elements=2**34,
+)
 
 
 class _HookInfo:
@@ -54,8 +62,8 @@ class _LazyBlocks:
 class RemoteModel(TokenizerMixin, WeightViewsMixin):
     """A model on a `hooked serve` server, with the `HookedTransformer` calls a course script uses.
 
-    Hooks must be `hooked.interventions` objects; metrics of patching and attribution must be
-    `hooked.metrics` objects. Weights that cache analyses read (norm gains, `W_U`, `W_O`, ...)
+    Hooks must be `hooked.analysis.interventions` objects; metrics of patching and attribution must be
+    `hooked.analysis.metrics` objects. Weights that cache analyses read (norm gains, `W_U`, `W_O`, ...)
     are fetched per block on first use and kept.
     """
 
@@ -96,8 +104,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         return response.json()
 
     def _post(self, body: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
-        response = self._http.post("/v1/run", content=wire.encode(body, tensors),
-                                   headers={"content-type": wire.CONTENT_TYPE})
+        response = self._http.post(
+            "/v1/run", content=wire.encode(body, tensors), headers={"content-type": wire.CONTENT_TYPE}
+        )
         self._check(response)
         return wire.decode(response.content, RESPONSE_LIMITS, finite=False)
 
@@ -113,8 +122,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
     def _events(self, body: dict, tensors: dict):
         """Yield the server's progress events; return the decoded result."""
-        with self._http.stream("POST", "/v1/stream", content=wire.encode(body, tensors),
-                               headers={"content-type": wire.CONTENT_TYPE}) as response:
+        with self._http.stream(
+            "POST", "/v1/stream", content=wire.encode(body, tensors), headers={"content-type": wire.CONTENT_TYPE}
+        ) as response:
             if response.status_code >= 400:
                 response.read()
                 self._check(response)
@@ -125,7 +135,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
                 if "result" in event:
                     return wire.decode(base64.b64decode(event["result"]), RESPONSE_LIMITS, finite=False)
                 if "error" in event:
-                    raise RemoteError(f"server answered {event.get('status')}: {event['error']}", event.get("status", 500))
+                    raise RemoteError(
+                        f"server answered {event.get('status')}: {event['error']}", event.get("status", 500)
+                    )
                 if "job" in event:
                     self.last_job_id = event["job"]  # for GET/DELETE /v1/jobs/{id}
                     continue
@@ -142,8 +154,14 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         self.close()
 
     # -- inputs and hooks ---------------------------------------------------------------------
-    def _inputs(self, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None,
-                prefix: str = "") -> dict[str, torch.Tensor]:
+    def _inputs(
+        self,
+        input,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        attention_mask=None,
+        prefix: str = "",
+    ) -> dict[str, torch.Tensor]:
         """Token ids (and a mask) for the server: text is tokenized here, as the local model would."""
         if isinstance(input, (str, list)):
             tokens, mask = self.to_tokens(input, prepend_bos, padding_side, return_attention_mask=True)
@@ -187,12 +205,22 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             names = list(names_filter)
         unknown = [n for n in names if n not in self.hook_dict]
         if unknown:
-            raise KeyError(f"No hook point named {unknown[0]!r} on the server's model (model.hook_dict lists all names)")
+            raise KeyError(
+                f"No hook point named {unknown[0]!r} on the server's model (model.hook_dict lists all names)"
+            )
         return names
 
     # -- forward passes -------------------------------------------------------------------------
-    def forward(self, input, return_type: str | None = "logits", prepend_bos=USE_DEFAULT_VALUE,
-                padding_side=USE_DEFAULT_VALUE, attention_mask=None, *, fwd_hooks=()):
+    def forward(
+        self,
+        input,
+        return_type: str | None = "logits",
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        attention_mask=None,
+        *,
+        fwd_hooks=(),
+    ):
         """Logits `[batch, pos, d_vocab]` of the server's forward pass (with any active interventions)."""
         if return_type not in ("logits", None):
             raise InputError(f"a remote forward returns logits (return_type='logits'), got {return_type!r}")
@@ -208,9 +236,18 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             raise InputError("a remote model takes no backward hooks")
         return self.forward(*args, fwd_hooks=fwd_hooks, **kwargs)
 
-    def run_with_cache(self, input, names_filter=None, remove_batch_dim: bool = False, return_cache_object=True,
-                       prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None,
-                       fwd_hooks=(), device=None):
+    def run_with_cache(
+        self,
+        input,
+        names_filter=None,
+        remove_batch_dim: bool = False,
+        return_cache_object=True,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        attention_mask=None,
+        fwd_hooks=(),
+        device=None,
+    ):
         """`(logits, ActivationCache)` of the named hook points, computed on the server."""
         names = self._names_from_filter(names_filter)
         tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
@@ -238,21 +275,37 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             if "tokens" in event:
                 yield torch.tensor(event["tokens"])[:, None]
 
-    def generate(self, input="", max_new_tokens: int = 10, *, on_token: Callable[[dict], None] | None = None,
-                 **kwargs):
+    def generate(self, input="", max_new_tokens: int = 10, *, on_token: Callable[[dict], None] | None = None, **kwargs):
         """`HookedTransformer.generate` on the server (same arguments); `on_token(event)` sees each step's
         tokens (`{"step": t, "tokens": [...]}`) as they arrive."""
         body, tensors, finish = self._generate_request(input, max_new_tokens, **kwargs)
         _, out = self._stream(body, tensors, on_token)
         return finish(out)
 
-    def _generate_request(self, input="", max_new_tokens: int = 10, stop_at_eos: bool = True, do_sample: bool = True,
-                          top_k: int | None = None, top_p: float | None = None, temperature: float = 1.0,
-                          freq_penalty: float = 0.0, use_past_kv_cache: bool = True, prepend_bos=USE_DEFAULT_VALUE,
-                          padding_side=USE_DEFAULT_VALUE, return_type: str = "input", verbose: bool = False, *,
-                          repetition_penalty: float = 1.0, attention_mask=None, fwd_hooks=(),
-                          return_cache: bool = False, names_filter=None, output_logits: bool = False,
-                          seed: int | None = None):
+    def _generate_request(
+        self,
+        input="",
+        max_new_tokens: int = 10,
+        stop_at_eos: bool = True,
+        do_sample: bool = True,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float = 1.0,
+        freq_penalty: float = 0.0,
+        use_past_kv_cache: bool = True,
+        prepend_bos=USE_DEFAULT_VALUE,
+        padding_side=USE_DEFAULT_VALUE,
+        return_type: str = "input",
+        verbose: bool = False,
+        *,
+        repetition_penalty: float = 1.0,
+        attention_mask=None,
+        fwd_hooks=(),
+        return_cache: bool = False,
+        names_filter=None,
+        output_logits: bool = False,
+        seed: int | None = None,
+    ):
         if isinstance(input, (str, list)):
             tokens, mask = self.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
             tensors = {"tokens": tokens, "attention_mask": mask}
@@ -261,11 +314,23 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             tensors = self._inputs(input, attention_mask=attention_mask)
             kind = "tokens"
         hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        body = dict(op="generate", hooks=hooks, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
-                    do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
-                    use_past_kv_cache=use_past_kv_cache, repetition_penalty=repetition_penalty,
-                    return_cache=return_cache, output_logits=output_logits, seed=seed,
-                    names_filter=None if not return_cache else self._names_from_filter(names_filter))
+        body = dict(
+            op="generate",
+            hooks=hooks,
+            max_new_tokens=max_new_tokens,
+            stop_at_eos=stop_at_eos,
+            do_sample=do_sample,
+            top_k=top_k,
+            top_p=top_p,
+            temperature=temperature,
+            freq_penalty=freq_penalty,
+            use_past_kv_cache=use_past_kv_cache,
+            repetition_penalty=repetition_penalty,
+            return_cache=return_cache,
+            output_logits=output_logits,
+            seed=seed,
+            names_filter=None if not return_cache else self._names_from_filter(names_filter),
+        )
 
         def finish(out: dict):
             if return_cache or output_logits:
@@ -282,7 +347,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         return body, {**tensors, **hook_tensors}, finish
 
     def _generation_output(self, out: dict):
-        from hooked.generation import GenerationOutput
+        from hooked.generation.loop import GenerationOutput
 
         cache = None
         cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
@@ -292,29 +357,55 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         sequences = out["sequences"]
         logits = tuple(out["logits"].unbind(1)) if "logits" in out else None
         text = [self.tokenizer.decode(r, skip_special_tokens=True) for r in sequences] if self.tokenizer else None
-        return GenerationOutput(sequences=sequences, text=text, logits=logits, cache=cache,
-                                attention_mask=out["attention_mask"], finished=out["finished"])
+        return GenerationOutput(
+            sequences=sequences,
+            text=text,
+            logits=logits,
+            cache=cache,
+            attention_mask=out["attention_mask"],
+            finished=out["finished"],
+        )
 
     # -- server-side sweeps ---------------------------------------------------------------------
-    def remote_activation_patch(self, corrupted_tokens, clean_cache, patching_metric, patch_setter,
-                                activation_name: str, index_axis_names=None, index_df=None,
-                                return_index_df: bool = False, batch_size=1, verbose: bool = True):
-        """`hooked.patching.generic_activation_patch` run by the server (it calls this for a remote model)."""
-        from hooked import metrics, patching
+    def remote_activation_patch(
+        self,
+        corrupted_tokens,
+        clean_cache,
+        patching_metric,
+        patch_setter,
+        activation_name: str,
+        index_axis_names=None,
+        index_df=None,
+        return_index_df: bool = False,
+        batch_size=1,
+        verbose: bool = True,
+    ):
+        """`hooked.analysis.patching.generic_activation_patch` run by the server (it calls this for a remote model)."""
+        from hooked.analysis import metrics, patching
 
         if not isinstance(patching_metric, metrics.Metric):
-            raise InputError("a remote patching sweep needs a hooked.metrics metric (logit_diff, log_prob, "
-                             "projection): the server never runs a function you wrote")
+            raise InputError(
+                "a remote patching sweep needs a hooked.analysis.metrics metric (logit_diff, log_prob, "
+                "projection): the server never runs a function you wrote"
+            )
         if index_df is None and index_axis_names is None:
             raise ValueError("Pass index_axis_names or index_df")
         if getattr(clean_cache, "tokens", None) is None:
             raise InputError("clean_cache must come from this remote model's run_with_cache (it records the tokens)")
         metric, metric_tensors = patching_metric.to_spec()
-        body = {"op": "patch", "metric": metric, "setter": getattr(patch_setter, "__name__", ""),
-                "activation": activation_name, "axes": None if index_df is not None else list(index_axis_names),
-                "batch_size": batch_size}
-        tensors = {"tokens": corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None],
-                   "clean_tokens": clean_cache.tokens, **metric_tensors}
+        body = {
+            "op": "patch",
+            "metric": metric,
+            "setter": getattr(patch_setter, "__name__", ""),
+            "activation": activation_name,
+            "axes": None if index_df is not None else list(index_axis_names),
+            "batch_size": batch_size,
+        }
+        tensors = {
+            "tokens": corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None],
+            "clean_tokens": clean_cache.tokens,
+            **metric_tensors,
+        }
         if clean_cache.attention_mask is not None:
             tensors["clean_attention_mask"] = clean_cache.attention_mask
         rows = None
@@ -337,17 +428,38 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             index_df = patching._make_index_df(rows, index_axis_names)
         return result, index_df
 
-    def remote_attribution_patch(self, clean, corrupted, metric, names_filter, method="atp", steps=32,
-                                 sum_batch=False, attention_mask=None, recompute_softmax=False, grad_drop=False,
-                                 steps_per_forward=None) -> dict[str, torch.Tensor]:
+    def remote_attribution_patch(
+        self,
+        clean,
+        corrupted,
+        metric,
+        names_filter,
+        method="atp",
+        steps=32,
+        sum_batch=False,
+        attention_mask=None,
+        recompute_softmax=False,
+        grad_drop=False,
+        steps_per_forward=None,
+    ) -> dict[str, torch.Tensor]:
         """`hooked.circuits.attribution_patch` run by the server."""
-        from hooked import metrics
+        from hooked.analysis import metrics
 
         if not isinstance(metric, metrics.Metric):
-            raise InputError("a remote attribution_patch needs a hooked.metrics metric (logit_diff, log_prob, projection)")
+            raise InputError(
+                "a remote attribution_patch needs a hooked.analysis.metrics metric (logit_diff, log_prob, projection)"
+            )
         spec, metric_tensors = metric.to_spec()
-        body = {"op": "attribution", "metric": spec, "names": self._names_from_filter(names_filter), "method": method,
-                "steps": steps, "sum_batch": sum_batch, "recompute_softmax": recompute_softmax, "grad_drop": grad_drop}
+        body = {
+            "op": "attribution",
+            "metric": spec,
+            "names": self._names_from_filter(names_filter),
+            "method": method,
+            "steps": steps,
+            "sum_batch": sum_batch,
+            "recompute_softmax": recompute_softmax,
+            "grad_drop": grad_drop,
+        }
         tensors = {"clean_tokens": clean, "tokens": corrupted, **metric_tensors}
         if attention_mask is not None:
             tensors["attention_mask"] = attention_mask
@@ -368,7 +480,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         """The shadow module `part` with the server's weights (fetched once)."""
         if part not in self._parts:
             if self._shadow is None:
-                from hooked.hooked_transformer import HookedTransformer
+                from hooked.models.hooked_transformer import HookedTransformer
 
                 with torch.device("meta"):
                     self._shadow = HookedTransformer(self.cfg.replace(device="meta"))

@@ -22,13 +22,13 @@ import functools
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
 
-from hooked.errors import HookedError
+from hooked.core.errors import HookedError
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ hook point, so every rank must read the same names in the same order (SPMD).
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.distributed as dist

@@ -27,16 +27,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache
 from hooked.components.forward_state import ForwardState
-from hooked.activation_cache import ActivationCache
-from hooked.errors import InputError
-from hooked.hooked_transformer import HookedTransformer, Output
+from hooked.core.errors import InputError
+from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
+from hooked.core.validation import check_layer, check_no_text_for_residual, check_token_shape, mask_dtype_check
+from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.scale.collectives import (
     PipelineError,
     agree,
@@ -49,12 +51,10 @@ from hooked.scale.collectives import (
     secondary,
     send_tensor,
 )
-from hooked.scale.pipeline_grad import CheckInBackward, GradMailbox, RecvGradFromNext, SendGradBack
 from hooked.scale.distributed_cache import DistributedCacheDict, SliceParts
+from hooked.scale.pipeline_grad import CheckInBackward, GradMailbox, RecvGradFromNext, SendGradBack
 from hooked.scale.stage_loading import Stage, owner_of
 from hooked.scale.stage_model import load_stage
-from hooked.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
-from hooked.validation import check_layer, check_no_text_for_residual, check_token_shape, mask_dtype_check
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,9 @@ class PipelineTransformer(HookedTransformer):
             raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
         if past_kv_cache is not None:
             self._release_other_stages_kv(past_kv_cache)
-        residual, state = self._start(input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start, tokens)
+        residual, state = self._start(
+            input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start, tokens
+        )
         batch = residual_batch(state)
         n_micro = 1 if past_kv_cache is not None else (micro_batches or min(self.micro_batches, batch))
         slices = _micro_slices(batch, n_micro)
@@ -422,7 +424,9 @@ class PipelineTransformer(HookedTransformer):
     def part_weight(self, part: str, name: str) -> torch.Tensor:
         """Collective: the embedding's weights from rank 0, the unembedding's from the last rank."""
         owner = 0 if part in ("embed", "pos_embed") else self.stage.world_size - 1
-        return self._from_rank(owner, lambda: super(PipelineTransformer, self).part_weight(part, name), f"{part}.{name}")
+        return self._from_rank(
+            owner, lambda: super(PipelineTransformer, self).part_weight(part, name), f"{part}.{name}"
+        )
 
 
 def residual_batch(state: ForwardState) -> int:
@@ -450,6 +454,12 @@ def _slice_state(state: ForwardState, sl: slice) -> ForwardState:
         return None if t is None else (t if t.shape[0] == 1 else t[sl])
 
     return ForwardState(
-        rows(state.attention_mask), rows(state.positions), state.n_queries, state.n_keys, state.causal,
-        state.step, state.past_kv_cache, rows(state.tokens),
+        rows(state.attention_mask),
+        rows(state.positions),
+        state.n_queries,
+        state.n_keys,
+        state.causal,
+        state.step,
+        state.past_kv_cache,
+        rows(state.tokens),
     )

@@ -19,13 +19,14 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import logging
 
 import torch
 
-from hooked.dtypes import cast_parameter
-from hooked.errors import InputError
+from hooked.core.dtypes import cast_parameter
+from hooked.core.errors import InputError
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
     _LAST_MODULES,
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 def _from_pretrained_arguments(kwargs: dict) -> dict:
     """`from_pretrained`'s keyword arguments with their defaults; unknown ones go to `from_pretrained_kwargs`."""
-    from hooked.hooked_transformer import HookedTransformer
+    from hooked.models.hooked_transformer import HookedTransformer
 
     params = inspect.signature(HookedTransformer.from_pretrained).parameters
     kw = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
@@ -57,18 +57,32 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     source = resolve_source(where, hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
     cfg = build_config(
-        source.hf_config, arch_name, model_name, n_ctx=kw["n_ctx"], n_layers=kw["first_n_layers"],
-        default_prepend_bos=kw["default_prepend_bos"], dtype=to_dtype(kw["dtype"]), device=str(device),
+        source.hf_config,
+        arch_name,
+        model_name,
+        n_ctx=kw["n_ctx"],
+        n_layers=kw["first_n_layers"],
+        default_prepend_bos=kw["default_prepend_bos"],
+        dtype=to_dtype(kw["dtype"]),
+        device=str(device),
         **checkpoint_fields,
     )
     stage = make_stage(cfg.n_layers, world_size, rank)
     convert = get_architecture(arch_name).weights
     try:
-        view, state, tracked = _convert_stage(convert, source.state, cfg, stage, needed_keys(convert, source.state, cfg, stage))
+        view, state, tracked = _convert_stage(
+            convert, source.state, cfg, stage, needed_keys(convert, source.state, cfg, stage)
+        )
     except Exception as e:  # a converter that reads values of tensors it was given as meta: read them all
-        logger.warning("rank %d: converting with other stages' tensors on meta failed (%s); reading every tensor", rank, e)
+        logger.warning(
+            "rank %d: converting with other stages' tensors on meta failed (%s); reading every tensor", rank, e
+        )
         view, state, tracked = _convert_stage(convert, source.state, cfg, stage, set(source.state))
-    protected = frozenset(source.state[k].untyped_storage().data_ptr() for k in view.needed) if source.shared_with_user else frozenset()
+    protected = (
+        frozenset(source.state[k].untyped_storage().data_ptr() for k in view.needed)
+        if source.shared_with_user
+        else frozenset()
+    )
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
     model = build_stage_model(cls, cfg, tokenizer, stage, kw["default_padding_side"])
@@ -77,7 +91,9 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     _process_and_adopt(model, state, stage, device, kw, protected)
     model.stage, model.device, model.requested_keys = stage, device, view.requested
     model.fingerprint = checkpoint_fingerprint(source.state, source.hf_config)
-    logger.info("rank %d: loaded blocks %s of %s (%d tensors read)", rank, list(stage.layers), model_name, len(view.requested))
+    logger.info(
+        "rank %d: loaded blocks %s of %s (%d tensors read)", rank, list(stage.layers), model_name, len(view.requested)
+    )
     return model
 
 
@@ -100,7 +116,7 @@ def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
     from hooked.components import Embed, PosEmbed, Unembed
     from hooked.components.norms import make_norm
     from hooked.components.post_norm_block import block_class
-    from hooked.weight_processing import final_norm_kind
+    from hooked.processing.steps import final_norm_kind
 
     with torch.device("meta"):
         model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=padding_side)
@@ -120,9 +136,15 @@ def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
 
 def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, kw: dict, protected) -> None:
     """Process weights (other stages' tensors are meta: shape-only), keep this stage's, free the rest."""
-    from hooked.weight_processing import process_state_dict
+    from hooked.processing.steps import process_state_dict
 
-    flags = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
+    flags = (
+        "fold_ln",
+        "center_writing_weights",
+        "center_unembed",
+        "fold_value_biases",
+        "refactor_factored_attn_matrices",
+    )
     state = process_state_dict(model, state, **{f: kw[f] for f in flags}, in_place=True, protected_storages=protected)
     for name in list(state):
         tensor = state.pop(name)

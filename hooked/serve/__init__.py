@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from hooked.errors import HookedError, InputError
+from hooked.core.errors import HookedError, InputError
 from hooked.serve.app import ServeOptions, create_app, parse_tokens
 from hooked.serve.scheduler import SchedulerOptions
 
@@ -42,7 +42,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_tokens(host: str, tokens: dict[str, str] | None, no_auth: bool = False) -> tuple[dict[str, str] | None, str | None]:
+def resolve_tokens(
+    host: str, tokens: dict[str, str] | None, no_auth: bool = False
+) -> tuple[dict[str, str] | None, str | None]:
     """The tokens to enforce, and a one-time token generated for a loopback server started without any.
 
     A non-loopback address needs tokens; `no_auth` is refused there too.
@@ -72,8 +74,15 @@ class BackgroundServer:
             with socket.socket() as s:
                 s.bind((host, 0))
                 port = s.getsockname()[1]
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=30, **uvicorn_kwargs)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=30,
+            **uvicorn_kwargs,
+        )
         self.server = uvicorn.Server(config)
         self.app, self.url = app, f"http://{host}:{port}"
         self.thread = threading.Thread(target=self.server.run, name="hooked-serve-http", daemon=True)
@@ -95,22 +104,52 @@ class BackgroundServer:
         self.stop()
 
 
-def start_in_thread(model, tokens: dict[str, str] | None = None, options: ServeOptions | None = None,
-                    host: str = "127.0.0.1", port: int = 0) -> BackgroundServer:
+def start_in_thread(
+    model,
+    tokens: dict[str, str] | None = None,
+    options: ServeOptions | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+) -> BackgroundServer:
     """Serve `model` from a background thread; returns the server (its `.url`)."""
     return BackgroundServer(create_app(model, tokens, options), host, port)
 
 
-def run(model, host: str, port: int, tokens: dict[str, str] | None, options: ServeOptions | None = None,
-        ssl_certfile: str | None = None, ssl_keyfile: str | None = None) -> None:
+def run(
+    model,
+    host: str,
+    port: int,
+    tokens: dict[str, str] | None,
+    options: ServeOptions | None = None,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM, then finish in-flight requests (at most `options.drain_timeout_s`)."""
     import uvicorn
 
     options = options or ServeOptions()
     app = create_app(model, tokens, options)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, ssl_certfile=ssl_certfile,
-                ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=int(options.drain_timeout_s))
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+        timeout_graceful_shutdown=int(options.drain_timeout_s),
+    )
 
 
-__all__ = ["BackgroundServer", "JsonLogFormatter", "SchedulerOptions", "ServeOptions", "create_app", "is_loopback",
-           "parse_tokens", "resolve_tokens", "run", "start_in_thread"]
+__all__ = [
+    "BackgroundServer",
+    "JsonLogFormatter",
+    "SchedulerOptions",
+    "ServeOptions",
+    "create_app",
+    "is_loopback",
+    "parse_tokens",
+    "resolve_tokens",
+    "run",
+    "start_in_thread",
+]

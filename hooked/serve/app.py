@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from hooked.errors import HookedError
+from hooked.core.errors import HookedError
 from hooked.serve import ops, wire
 from hooked.serve.scheduler import Job, JobCancelled, Scheduler, SchedulerOptions
 
@@ -173,9 +173,17 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
                 response = error_response(rid, e)
             status = response.status_code
             response.headers["x-request-id"] = rid
-            logger.info("request", extra={"request_id": rid, "user": user, "method": request.method,
-                                          "path": request.url.path, "status": status,
-                                          "ms": round(1000 * (time.monotonic() - started), 1)})
+            logger.info(
+                "request",
+                extra={
+                    "request_id": rid,
+                    "user": user,
+                    "method": request.method,
+                    "path": request.url.path,
+                    "status": status,
+                    "ms": round(1000 * (time.monotonic() - started), 1),
+                },
+            )
             return response
 
         return endpoint
@@ -232,15 +240,21 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
 
     async def status_page(request, user, rid):
         snap = scheduler.snapshot()
-        rows = "".join(f"<tr><td>{html.escape(u)}</td><td>{c.get('requests', 0)}</td><td>{c.get('done', 0)}</td>"
-                       f"<td>{c.get('failed', 0)}</td></tr>" for u, c in sorted(snap["users"].items()) if u != "*")
+        rows = "".join(
+            f"<tr><td>{html.escape(u)}</td><td>{c.get('requests', 0)}</td><td>{c.get('done', 0)}</td>"
+            f"<td>{c.get('failed', 0)}</td></tr>"
+            for u, c in sorted(snap["users"].items())
+            if u != "*"
+        )
         name = html.escape(str(model.cfg.model_name))
-        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>hooked serve: {name}</title></head><body>"
-                f"<h1>hooked serve</h1><p id='model'>Model: <b>{name}</b> ({model.cfg.n_layers} layers, "
-                f"d_model {model.cfg.d_model})</p><p id='queue'>Queued: {snap['queued']}; running: "
-                f"{len(snap['running'])}; accepting: {snap['accepting']}</p>"
-                f"<table id='users'><tr><th>user</th><th>requests</th><th>done</th><th>failed</th></tr>{rows}</table>"
-                "<p>Views of a prompt: <code>GET /inspect?prompt=...</code> (authenticated).</p></body></html>")
+        page = (
+            f"<!doctype html><html><head><meta charset='utf-8'><title>hooked serve: {name}</title></head><body>"
+            f"<h1>hooked serve</h1><p id='model'>Model: <b>{name}</b> ({model.cfg.n_layers} layers, "
+            f"d_model {model.cfg.d_model})</p><p id='queue'>Queued: {snap['queued']}; running: "
+            f"{len(snap['running'])}; accepting: {snap['accepting']}</p>"
+            f"<table id='users'><tr><th>user</th><th>requests</th><th>done</th><th>failed</th></tr>{rows}</table>"
+            "<p>Views of a prompt: <code>GET /inspect?prompt=...</code> (authenticated).</p></body></html>"
+        )
         return HTMLResponse(page)
 
     async def inspect_page(request, user, rid):
@@ -249,8 +263,10 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
             raise wire.WireError("pass ?prompt= (1 to 2000 characters)", 422)
 
         tokens = len(model.to_tokens(prompt, truncate=False)[0])
-        job = queued(Job(user, "inspect", lambda job: ops.inspect_html(model, prompt), tokens=tokens),
-                     {"op": "inspect", "prompt": prompt})
+        job = queued(
+            Job(user, "inspect", lambda job: ops.inspect_html(model, prompt), tokens=tokens),
+            {"op": "inspect", "prompt": prompt},
+        )
         await wait(request, job)
         if job.error is not None:
             raise job.error

@@ -1,8 +1,8 @@
 """What the server does with a decoded request: validate it field by field, then call the model.
 
 Every field is checked against a fixed schema (`_field`); hook names must be keys of
-`model.hook_dict`; hooks are rebuilt only from `hooked.interventions` specs, metrics only
-from `hooked.metrics` specs, patch setters only from `hooked.patching`'s own list. Nothing a
+`model.hook_dict`; hooks are rebuilt only from `hooked.analysis.interventions` specs, metrics only
+from `hooked.analysis.metrics` specs, patch setters only from `hooked.analysis.patching`'s own list. Nothing a
 request says is imported, evaluated or unpickled.
 """
 
@@ -14,21 +14,41 @@ from typing import Any
 
 import torch
 
-from hooked import interventions, metrics, patching
-from hooked.errors import HookedError
+from hooked.analysis import interventions, metrics, patching
+from hooked.core.errors import HookedError
 from hooked.serve.scheduler import Job
 from hooked.serve.wire import WireError
 
-#: `hooked.patching` sweeps a client may ask for, by name (the only ones the server runs).
+#: `hooked.analysis.patching` sweeps a client may ask for, by name (the only ones the server runs).
 PATCH_FUNCTIONS = {name: getattr(patching, name) for name in dir(patching) if name.startswith("get_act_patch_")}
-SETTERS = {fn.__name__: fn for fn in (
-    patching.layer_pos_patch_setter, patching.layer_pos_head_vector_patch_setter,
-    patching.layer_head_vector_patch_setter, patching.layer_head_pattern_patch_setter,
-    patching.layer_head_pos_pattern_patch_setter, patching.layer_head_dest_src_pos_pattern_patch_setter,
-)}
+SETTERS = {
+    fn.__name__: fn
+    for fn in (
+        patching.layer_pos_patch_setter,
+        patching.layer_pos_head_vector_patch_setter,
+        patching.layer_head_vector_patch_setter,
+        patching.layer_head_pattern_patch_setter,
+        patching.layer_head_pos_pattern_patch_setter,
+        patching.layer_head_dest_src_pos_pattern_patch_setter,
+    )
+}
 AXES = {"layer", "pos", "head", "head_index", "dest_pos", "src_pos"}
-ACTIVATION_NAMES = {"resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern",
-                    "attn_scores", "result", "pre", "post"}
+ACTIVATION_NAMES = {
+    "resid_pre",
+    "resid_mid",
+    "resid_post",
+    "attn_out",
+    "mlp_out",
+    "z",
+    "q",
+    "k",
+    "v",
+    "pattern",
+    "attn_scores",
+    "result",
+    "pre",
+    "post",
+}
 WEIGHT_PART = re.compile(r"^(blocks\.(0|[1-9][0-9]{0,4})|unembed|ln_final|embed|pos_embed)$")
 
 
@@ -70,10 +90,15 @@ def check_tokens(model, tensors: dict, name: str, limits: ServeLimits, extra: in
     if t.dtype not in (torch.int64, torch.int32) or t.ndim != 2 or 0 in t.shape:
         raise WireError(f"{name!r} must be int64 token ids [batch, pos], got {t.dtype} {tuple(t.shape)}", 422)
     if t.numel() + t.shape[0] * extra > limits.max_tokens_per_request:
-        raise WireError(f"{name!r} has {t.numel()} tokens (+{t.shape[0] * extra} to generate): the limit per request "
-                        f"is {limits.max_tokens_per_request}", 413)
+        raise WireError(
+            f"{name!r} has {t.numel()} tokens (+{t.shape[0] * extra} to generate): the limit per request "
+            f"is {limits.max_tokens_per_request}",
+            413,
+        )
     if t.shape[1] + extra > model.cfg.n_ctx:
-        raise WireError(f"{name!r} has {t.shape[1]} positions (+{extra}), more than the context of {model.cfg.n_ctx}", 422)
+        raise WireError(
+            f"{name!r} has {t.shape[1]} positions (+{extra}), more than the context of {model.cfg.n_ctx}", 422
+        )
     if int(t.min()) < 0 or int(t.max()) >= model.cfg.d_vocab:
         raise WireError(f"{name!r} holds ids outside [0, {model.cfg.d_vocab})", 422)
     return t.long()
@@ -141,8 +166,9 @@ def forward_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits
                 logits = model(tokens, attention_mask=mask)
                 cache_dict = {}
             else:
-                logits, cache_dict = model.run_with_cache(tokens, attention_mask=mask, names_filter=names,
-                                                          return_cache_object=False)
+                logits, cache_dict = model.run_with_cache(
+                    tokens, attention_mask=mask, names_filter=names, return_cache_object=False
+                )
         out = {f"cache/{k}": v for k, v in cache_dict.items()}
         if want_logits:
             out["logits"] = logits
@@ -167,9 +193,23 @@ def run_batched_forward(model, jobs: list[Job]) -> list[Any]:
 
 
 # -- generate ----------------------------------------------------------------------------------
-GENERATE_FIELDS = {"op", "hooks", "max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "seed",
-                   "stop_at_eos", "use_past_kv_cache", "return_cache", "names_filter", "freq_penalty",
-                   "repetition_penalty", "output_logits"}
+GENERATE_FIELDS = {
+    "op",
+    "hooks",
+    "max_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "stop_at_eos",
+    "use_past_kv_cache",
+    "return_cache",
+    "names_filter",
+    "freq_penalty",
+    "repetition_penalty",
+    "output_logits",
+}
 
 
 def generate_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) -> Job:
@@ -196,8 +236,16 @@ def generate_job(model, user: str, body: dict, tensors: dict, limits: ServeLimit
     )
 
     def run(job: Job):
-        stream = model.generate_stream(tokens, attention_mask=mask, fwd_hooks=hooks, names_filter=names,
-                                       max_tokens_per_yield=1, return_type="tokens", verbose=False, **kwargs)
+        stream = model.generate_stream(
+            tokens,
+            attention_mask=mask,
+            fwd_hooks=hooks,
+            names_filter=names,
+            max_tokens_per_yield=1,
+            return_type="tokens",
+            verbose=False,
+            **kwargs,
+        )
         step = 0
         try:
             while True:
@@ -233,7 +281,7 @@ PATCH_FIELDS = {"op", "function", "metric", "setter", "activation", "axes", "bat
 
 
 def patch_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) -> Job:
-    """A `hooked.patching` sweep: a named `get_act_patch_*` partial, or the generic sweep with a
+    """A `hooked.analysis.patching` sweep: a named `get_act_patch_*` partial, or the generic sweep with a
     named setter; index rows (optional tensor `index`) and clean inputs come as tensors."""
     check_fields(body, PATCH_FIELDS)
     corrupted = check_tokens(model, tensors, "tokens", limits)
@@ -252,7 +300,9 @@ def patch_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) 
         setter = SETTERS.get(_field(body, "setter", str, required=True))
         activation = _field(body, "activation", str, required=True)
         if setter is None or activation not in ACTIVATION_NAMES:
-            raise WireError(f"setter must be one of {sorted(SETTERS)}; activation one of {sorted(ACTIVATION_NAMES)}", 422)
+            raise WireError(
+                f"setter must be one of {sorted(SETTERS)}; activation one of {sorted(ACTIVATION_NAMES)}", 422
+            )
         axes = body.get("axes")
         if axes is not None and (not isinstance(axes, list) or not set(axes) <= AXES or len(axes) > 4):
             raise WireError(f"axes must be a list of {sorted(AXES)}", 422)
@@ -268,8 +318,9 @@ def patch_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) 
             if fn_name is not None:
                 result = _sweep_named(model, fn, corrupted, clean, clean_mask, metric, batch_size, job)
             else:
-                result = _sweep_generic(model, setter, activation, axes, index, corrupted, clean, clean_mask,
-                                        metric, batch_size, chunk, job)
+                result = _sweep_generic(
+                    model, setter, activation, axes, index, corrupted, clean, clean_mask, metric, batch_size, chunk, job
+                )
         return {}, {"result": result}
 
     return Job(user, "patch", run, tokens=n_tokens)
@@ -289,7 +340,9 @@ def _sweep_named(model, fn, corrupted, clean, clean_mask, metric, batch_size, jo
     return result
 
 
-def _sweep_generic(model, setter, activation, axes, index, corrupted, clean, clean_mask, metric, batch_size, chunk, job):
+def _sweep_generic(
+    model, setter, activation, axes, index, corrupted, clean, clean_mask, metric, batch_size, chunk, job
+):
     """`generic_activation_patch` over chunks of index rows, reporting progress between chunks."""
     cache = _clean_cache(model, clean, clean_mask, lambda n: n.endswith(f"hook_{activation}"))
     if index is None:
@@ -305,8 +358,11 @@ def _sweep_generic(model, setter, activation, axes, index, corrupted, clean, cle
     for start in range(0, rows.shape[0], chunk):
         job.check()
         part = rows[start : start + chunk]
-        values.append(patching.generic_activation_patch(
-            model, corrupted, cache, metric, setter, activation, index_df=part, batch_size=batch_size, verbose=False))
+        values.append(
+            patching.generic_activation_patch(
+                model, corrupted, cache, metric, setter, activation, index_df=part, batch_size=batch_size, verbose=False
+            )
+        )
         job.emit({"progress": min(1.0, (start + part.shape[0]) / rows.shape[0])})
     out = torch.cat(values) if values else torch.zeros(0)
     return out.reshape(shape) if shape is not None else out
@@ -326,10 +382,13 @@ def attribution_job(model, user: str, body: dict, tensors: dict, limits: ServeLi
     method = _field(body, "method", str, "atp")
     if method not in ("atp", "ig"):
         raise WireError("method must be 'atp' or 'ig'", 422)
-    kwargs = dict(method=method, steps=_field(body, "steps", int, 32, lo=1, hi=256),
-                  sum_batch=_field(body, "sum_batch", bool, False),
-                  recompute_softmax=_field(body, "recompute_softmax", bool, False),
-                  grad_drop=_field(body, "grad_drop", bool, False))
+    kwargs = dict(
+        method=method,
+        steps=_field(body, "steps", int, 32, lo=1, hi=256),
+        sum_batch=_field(body, "sum_batch", bool, False),
+        recompute_softmax=_field(body, "recompute_softmax", bool, False),
+        grad_drop=_field(body, "grad_drop", bool, False),
+    )
 
     def run(job: Job):
         from hooked.circuits.attribution import attribution_patch
@@ -337,7 +396,9 @@ def attribution_job(model, user: str, body: dict, tensors: dict, limits: ServeLi
         out = attribution_patch(model, clean, corrupted, metric, names, attention_mask=mask, **kwargs)
         return {"names": list(out)}, {f"attr/{k}": v for k, v in out.items()}
 
-    return Job(user, "attribution", run, tokens=clean.numel() + corrupted.numel() * (kwargs["steps"] if method == "ig" else 2))
+    return Job(
+        user, "attribution", run, tokens=clean.numel() + corrupted.numel() * (kwargs["steps"] if method == "ig" else 2)
+    )
 
 
 OPS = {"forward": forward_job, "generate": generate_job, "patch": patch_job, "attribution": attribution_job}
@@ -347,8 +408,12 @@ def make_job(model, user: str, body: dict, tensors: dict, limits: ServeLimits) -
     op = body.get("op")
     if op not in OPS:
         raise WireError(f"unknown op {op!r:.40}; known: {sorted(OPS)}", 422)
-    known = {k for k in tensors if k in ("tokens", "attention_mask", "clean_tokens", "clean_attention_mask", "index")
-             or re.fullmatch(r"(h\d+(\.\d+)*|metric\.direction)", k)}
+    known = {
+        k
+        for k in tensors
+        if k in ("tokens", "attention_mask", "clean_tokens", "clean_attention_mask", "index")
+        or re.fullmatch(r"(h\d+(\.\d+)*|metric\.direction)", k)
+    }
     if set(tensors) - known:
         raise WireError(f"unexpected tensor name(s) {sorted(set(tensors) - known)[:5]!r:.200}", 422)
     return OPS[op](model, user, body, tensors, limits)

@@ -85,7 +85,15 @@ def serve_pipeline(model, host: str, port: int, tokens, options, ssl_certfile=No
     relay = Relay(model)
     app = create_app(model, tokens, options, relay=relay)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, ssl_certfile=ssl_certfile,
-                    ssl_keyfile=ssl_keyfile, timeout_graceful_shutdown=int(options.drain_timeout_s))
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            timeout_graceful_shutdown=int(options.drain_timeout_s),
+        )
     finally:
         relay.stop()

@@ -20,8 +20,9 @@ import queue
 import threading
 import time
 from collections import OrderedDict, defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from hooked.serve.wire import WireError
 
@@ -97,9 +98,14 @@ class Job:
 class Scheduler:
     """Admits jobs, queues them per user and runs them round-robin on one worker thread."""
 
-    def __init__(self, options: SchedulerOptions, run_batch: Callable[[list[Job]], list[Any]] | None = None,
-                 before_run: Callable[[Job], None] | None = None, on_idle: Callable[[], None] | None = None,
-                 idle_every_s: float = 10.0):
+    def __init__(
+        self,
+        options: SchedulerOptions,
+        run_batch: Callable[[list[Job]], list[Any]] | None = None,
+        before_run: Callable[[Job], None] | None = None,
+        on_idle: Callable[[], None] | None = None,
+        idle_every_s: float = 10.0,
+    ):
         self.options = options
         self.run_batch = run_batch
         self.before_run, self.on_idle, self.idle_every_s = before_run, on_idle, idle_every_s
@@ -147,9 +153,13 @@ class Scheduler:
         if tokens + job.tokens > self.options.tokens_per_minute:
             raise WireError(
                 f"quota: {tokens} tokens in the last minute + {job.tokens} would exceed {self.options.tokens_per_minute}"
-                " tokens/minute: wait and retry", 429)
+                " tokens/minute: wait and retry",
+                429,
+            )
         if sent >= self.options.bytes_per_minute:
-            raise WireError(f"quota: {sent} response bytes in the last minute (limit {self.options.bytes_per_minute})", 429)
+            raise WireError(
+                f"quota: {sent} response bytes in the last minute (limit {self.options.bytes_per_minute})", 429
+            )
 
     def record_bytes(self, user: str, n: int) -> None:
         with self._lock:
@@ -241,8 +251,13 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - reported to the client; the worker goes on
                 self._fail(job, e)
         logger.info(
-            "ran", extra={"job_ids": [j.id for j in live], "kind": live[0].kind, "batch": len(live),
-                          "seconds": round(time.monotonic() - started, 4)},
+            "ran",
+            extra={
+                "job_ids": [j.id for j in live],
+                "kind": live[0].kind,
+                "batch": len(live),
+                "seconds": round(time.monotonic() - started, 4),
+            },
         )
 
     def _fail(self, job: Job, error: BaseException) -> None:

@@ -18,12 +18,19 @@ from typing import Any
 
 import torch
 
-from hooked.errors import HookedError
+from hooked.core.errors import HookedError
 
 DTYPES = {  # safetensors name -> (torch dtype, bytes per element): the only ones accepted
-    "F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2), "F64": (torch.float64, 8),
-    "I64": (torch.int64, 8), "I32": (torch.int32, 4), "I16": (torch.int16, 2), "I8": (torch.int8, 1),
-    "U8": (torch.uint8, 1), "BOOL": (torch.bool, 1),
+    "F32": (torch.float32, 4),
+    "F16": (torch.float16, 2),
+    "BF16": (torch.bfloat16, 2),
+    "F64": (torch.float64, 8),
+    "I64": (torch.int64, 8),
+    "I32": (torch.int32, 4),
+    "I16": (torch.int16, 2),
+    "I8": (torch.int8, 1),
+    "U8": (torch.uint8, 1),
+    "BOOL": (torch.bool, 1),
 }
 CONTENT_TYPE = "application/vnd.hooked+safetensors"
 
@@ -137,16 +144,22 @@ def _check_entry(name: str, entry, limits: Limits) -> tuple[int, int]:
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in DTYPES:
         raise WireError(f"tensor {name!r:.60} has dtype {dtype!r:.20}; accepted: {sorted(DTYPES)}", 422)
-    ints = lambda xs: isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)  # noqa: E731
+    ints = lambda xs: (
+        isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
+    )  # noqa: E731
     if not ints(shape) or len(shape) > limits.max_ndim:
         raise WireError(f"tensor {name!r:.60} shape must be at most {limits.max_ndim} non-negative ints", 422)
     if not ints(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:
         raise WireError(f"tensor {name!r:.60} has bad data_offsets", 400)
     numel = math.prod(shape)
     if numel > limits.max_tensor_elements:
-        raise WireError(f"tensor {name!r:.60} has {numel} elements, over the limit of {limits.max_tensor_elements}", 413)
+        raise WireError(
+            f"tensor {name!r:.60} has {numel} elements, over the limit of {limits.max_tensor_elements}", 413
+        )
     if numel * DTYPES[dtype][1] != offsets[1] - offsets[0]:
-        raise WireError(f"tensor {name!r:.60}: shape {shape} of {dtype} does not match its {offsets[1] - offsets[0]} bytes", 400)
+        raise WireError(
+            f"tensor {name!r:.60}: shape {shape} of {dtype} does not match its {offsets[1] - offsets[0]} bytes", 400
+        )
     return offsets[0], offsets[1]
 
 

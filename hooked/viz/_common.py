@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 
 
 def one_sequence(cache, batch_index: int = 0):
@@ -53,6 +53,7 @@ def window(n: int, max_pos: int) -> tuple[slice, str | None]:
 
 def floats(t: torch.Tensor, digits: int | None = None) -> list:
     """A tensor as nested Python floats for JSON (non-finite values become None)."""
+
     def clean(x: float):
         if not math.isfinite(x):
             return None

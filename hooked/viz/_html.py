@@ -207,7 +207,9 @@ def shared_scales(views: list[dict]) -> list[dict]:
             out.append(dict(v, scale=v["vmax"], scale_note="vmax set"))
         else:
             group = groups[v["scale_group"]]
-            note = f"shared by the {len(group)} strips on this page" if len(group) > 1 else "this strip's largest |value|"
+            note = (
+                f"shared by the {len(group)} strips on this page" if len(group) > 1 else "this strip's largest |value|"
+            )
             out.append(dict(v, scale=max(g["abs_max"] for g in group), scale_note=note))
     return out
 

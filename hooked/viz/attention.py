@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from jaxtyping import Int
 import torch
+from jaxtyping import Int
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.viz._common import floats, one_sequence, str_tokens_for, window
 from hooked.viz._html import View
 

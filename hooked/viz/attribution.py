@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.viz._common import floats, one_sequence
 from hooked.viz._html import View
 
@@ -18,7 +18,9 @@ def _token_id(model, token) -> int:
 
 
 def _label(model, token_id: int) -> str:
-    return repr(model.to_single_str_token(token_id)) if getattr(model, "tokenizer", None) is not None else f"#{token_id}"
+    return (
+        repr(model.to_single_str_token(token_id)) if getattr(model, "tokenizer", None) is not None else f"#{token_id}"
+    )
 
 
 @torch.inference_mode()
@@ -71,7 +73,9 @@ def direct_logit_attribution(
     order = attrs.abs().argsort(descending=True)
     notes = []
     if len(order) > max_bars:
-        notes.append(f"showing the {max_bars} largest of {len(order)} components by magnitude; raise max_bars to see all")
+        notes.append(
+            f"showing the {max_bars} largest of {len(order)} components by magnitude; raise max_bars to see all"
+        )
         order = order[:max_bars]
     order = order[attrs[order].argsort(descending=True)]
     what = f"logit of {_label(model, answer_id)}" + ("" if wrong_id is None else f" minus {_label(model, wrong_id)}")

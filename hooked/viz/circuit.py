@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from hooked.circuits.graph import Graph
-from hooked.errors import InputError, InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.viz._html import View, register_renderer
 
 MAX_EDGES = 300
@@ -68,7 +68,7 @@ def _receiver_nodes(graph: Graph) -> dict[str, str]:
 
 
 def _port(receiver: str) -> str:
-    """"q", "k" or "v" for a head's inputs, "" for an MLP or the logits."""
+    """ "q", "k" or "v" for a head's inputs, "" for an MLP or the logits."""
     return receiver.rsplit(".", 1)[1] if receiver.count(".") == 2 else ""
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float
 
-from hooked.errors import InputError, InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.viz._common import floats
 from hooked.viz._html import View, register_renderer
 
@@ -109,27 +109,35 @@ def _feature_fn(feature, row_shape: tuple[int, ...]) -> tuple[FeatureFn, str]:
     if isinstance(feature, SAELatent):
         d_in = feature.W_enc.shape[0]
         if feature.W_enc.ndim != 2 or (d_in,) != row_shape or not 0 <= feature.index < feature.W_enc.shape[1]:
-            raise InputError(f"SAELatent: W_enc {tuple(feature.W_enc.shape)} must be [d_in={row_shape}, d_sae] and "
-                             f"index {feature.index} within d_sae; harvest the hook the SAE was trained on.")
+            raise InputError(
+                f"SAELatent: W_enc {tuple(feature.W_enc.shape)} must be [d_in={row_shape}, d_sae] and "
+                f"index {feature.index} within d_sae; harvest the hook the SAE was trained on."
+            )
         return feature, f"SAE latent {feature.index}"
     if isinstance(feature, torch.Tensor):
         if tuple(feature.shape) != row_shape or len(row_shape) != 1:
-            raise InputError(f"A direction must be [d] with d = the hook's row shape {row_shape}; got "
-                             f"{tuple(feature.shape)}. For other hooks pass a callable.")
+            raise InputError(
+                f"A direction must be [d] with d = the hook's row shape {row_shape}; got "
+                f"{tuple(feature.shape)}. For other hooks pass a callable."
+            )
         direction = feature.detach().float().cpu()
         return (lambda x: x @ direction), "direction"
     if callable(feature):
         return feature, getattr(feature, "__name__", "feature").replace("<lambda>", "feature")
-    raise InputTypeError(f"feature must be a [d] tensor, an SAELatent, (W_enc, b_enc, index) or a callable; got "
-                         f"{type(feature).__name__}.")
+    raise InputTypeError(
+        f"feature must be a [d] tensor, an SAELatent, (W_enc, b_enc, index) or a callable; got "
+        f"{type(feature).__name__}."
+    )
 
 
 def _apply(fn: FeatureFn, x: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         out = torch.as_tensor(fn(x.float())).float().reshape(-1)
     if out.shape[0] != x.shape[0]:
-        raise InputError(f"The feature function returned {out.shape[0]} values for {x.shape[0]} rows: return one "
-                         f"activation per row ([rows]).")
+        raise InputError(
+            f"The feature function returned {out.shape[0]} values for {x.shape[0]} rows: return one "
+            f"activation per row ([rows])."
+        )
     return out.cpu()
 
 
@@ -174,13 +182,24 @@ def _examples(reader, hook, fn, rows: list[int], acts, options: DashboardOptions
 def _window(shard: dict, row: int, local: int, hook: str, fn, options: DashboardOptions, label) -> dict:
     """The rows of `local`'s context from `left` positions before it to `right` after, and the feature on them."""
     pos, context = int(shard["pos_index"][local]), shard["context_index"][local]
-    near = (shard["context_index"] == context) & (shard["pos_index"] >= pos - options.left) \
+    near = (
+        (shard["context_index"] == context)
+        & (shard["pos_index"] >= pos - options.left)
         & (shard["pos_index"] <= pos + options.right)
+    )
     idx = near.nonzero()[:, 0]  # the window's rows, in position order
     ids = shard["tokens"][idx].tolist()
-    return {"row": row, "context_index": int(context), "doc_index": int(shard["doc_index"][local]), "pos": pos,
-            "positions": shard["pos_index"][idx].tolist(), "token_ids": ids, "tokens": label(ids),
-            "values": floats(_apply(fn, shard[hook][idx])), "max_at": int((idx == local).nonzero()[0, 0])}
+    return {
+        "row": row,
+        "context_index": int(context),
+        "doc_index": int(shard["doc_index"][local]),
+        "pos": pos,
+        "positions": shard["pos_index"][idx].tolist(),
+        "token_ids": ids,
+        "tokens": label(ids),
+        "values": floats(_apply(fn, shard[hook][idx])),
+        "max_at": int((idx == local).nonzero()[0, 0]),
+    }
 
 
 def _histogram(acts: torch.Tensor, bins: int) -> dict:
@@ -192,8 +211,12 @@ def _histogram(acts: torch.Tensor, bins: int) -> dict:
     hi = hi if hi > lo else lo + 1.0
     counts = torch.histc(nonzero.double(), bins=bins, min=lo, max=hi)  # [bins]
     edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float64)
-    return {"edges": edges.tolist(), "counts": [int(c) for c in counts], "of": "nonzero activations",
-            "zeros": int(acts.numel() - nonzero.numel())}
+    return {
+        "edges": edges.tolist(),
+        "counts": [int(c) for c in counts],
+        "of": "nonzero activations",
+        "zeros": int(acts.numel() - nonzero.numel()),
+    }
 
 
 def _labeller(model_or_tokenizer) -> Callable[[list[int]], list[str]]:
@@ -207,8 +230,9 @@ def _labeller(model_or_tokenizer) -> Callable[[list[int]], list[str]]:
         return lambda ids: [m.decode([i]) for i in ids]
     if callable(m):
         return lambda ids: [str(t) for t in m(ids)]
-    raise InputTypeError(f"model_or_tokenizer must be a HookedTransformer, a tokenizer or a callable; got "
-                         f"{type(m).__name__}.")
+    raise InputTypeError(
+        f"model_or_tokenizer must be a HookedTransformer, a tokenizer or a callable; got {type(m).__name__}."
+    )
 
 
 _JS = r"""

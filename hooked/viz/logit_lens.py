@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.viz._common import floats, one_sequence, str_tokens_for, window
 from hooked.viz._html import View
 
@@ -60,7 +60,11 @@ def _layer_help(label: str) -> str:
     if label == "final_post":
         return "the residual stream after the last layer: the model's output"
     layer, where = label.split("_")
-    return f"the residual stream entering layer {layer}" if where == "pre" else f"after layer {layer}'s attention, before its MLP"
+    return (
+        f"the residual stream entering layer {layer}"
+        if where == "pre"
+        else f"after layer {layer}'s attention, before its MLP"
+    )
 
 
 def _description(mode: str, default_target: bool) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hooked.errors import InputError
-from hooked.inspection import top_heads
+from hooked.analysis.inspection import top_heads
+from hooked.core.errors import InputError
 from hooked.viz._html import View
 from hooked.viz.attention import attention_patterns
 from hooked.viz.attribution import _label, _token_id, direct_logit_attribution

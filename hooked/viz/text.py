@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from jaxtyping import Float
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.viz._common import floats, window
 from hooked.viz._html import View
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.errors import InputError
-from hooked.hooked_encoder import HookedEncoder
-from hooked.next_sentence_prediction import BertNextSentencePrediction
+from hooked.core.errors import InputError
+from hooked.models.hooked_encoder import HookedEncoder
+from hooked.models.next_sentence_prediction import BertNextSentencePrediction
 
 ATOL = 1e-5
 VOCAB = 96
@@ -24,8 +24,16 @@ def tiny_bert(cls_name: str, seed: int = 0, **overrides):
     """A random 2-layer BERT (d_model 32, 4 heads); q/k N(0, 0.25²), other weights N(0, 0.1²), norm gains 1 + N(0, 0.2²)."""
     import transformers
 
-    kwargs = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                  max_position_embeddings=32, pad_token_id=0, attn_implementation="eager")
+    kwargs = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        attn_implementation="eager",
+    )
     kwargs.update(overrides)
     torch.manual_seed(seed)
     hf = getattr(transformers, cls_name)(transformers.BertConfig(**kwargs)).eval()
@@ -72,7 +80,9 @@ def test_every_bert_class_is_registered():
 
     covered = set(CLASSES) | {"DistilBertForMaskedLM", "DistilBertModel"}
     assert covered == set(ENCODER_ARCHITECTURES)  # a class losing its parity case fails here
-    assert not covered & set(__import__("hooked.loading", fromlist=["ARCHITECTURES"]).ARCHITECTURES)  # never loads into HookedTransformer
+    assert not covered & set(
+        __import__("hooked.loading", fromlist=["ARCHITECTURES"]).ARCHITECTURES
+    )  # never loads into HookedTransformer
 
 
 def test_every_block_output_matches_hf(pair):
@@ -194,8 +204,16 @@ def tiny_distilbert(cls_name: str, seed: int = 0):
     import transformers
 
     torch.manual_seed(seed)
-    config = transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                                           max_position_embeddings=32, pad_token_id=0, attn_implementation="eager")
+    config = transformers.DistilBertConfig(
+        vocab_size=VOCAB,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=32,
+        pad_token_id=0,
+        attn_implementation="eager",
+    )
     hf = getattr(transformers, cls_name)(config).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
@@ -214,8 +232,9 @@ def test_distilbert_matches_hf(cls_name, tmp_path):
     tokens, _, mask = batch(6)
     with torch.no_grad():
         out = hf(tokens, attention_mask=mask, output_hidden_states=True)
-    logits, cache = model.run_with_cache(tokens, return_type=None if "mlm" in model.missing_heads else "logits",
-                                         one_zero_attention_mask=mask)
+    logits, cache = model.run_with_cache(
+        tokens, return_type=None if "mlm" in model.missing_heads else "logits", one_zero_attention_mask=mask
+    )
     for layer in range(model.cfg.n_layers):
         assert max_abs(cache[f"blocks.{layer}.hook_normalized_resid_post"], out.hidden_states[layer + 1]) <= ATOL
     if cls_name == "DistilBertModel":

@@ -119,7 +119,7 @@ def test_sdpa_and_explicit_paths_agree(pair):
 
 
 def test_kv_cached_decoding_equals_full_forward(pair):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     _, model = pair
     toks, mask = left_pad([tokens(1, n, seed=n)[0] for n in (7, 12)])
@@ -173,5 +173,7 @@ def test_left_padded_batch_matches_hf_and_its_greedy_generate(pair):
         theirs = hf.generate(
             toks, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
         )
-    ours = model.generate(toks, attention_mask=mask, max_new_tokens=12, do_sample=False, stop_at_eos=False, verbose=False)
+    ours = model.generate(
+        toks, attention_mask=mask, max_new_tokens=12, do_sample=False, stop_at_eos=False, verbose=False
+    )
     assert torch.equal(ours, theirs)

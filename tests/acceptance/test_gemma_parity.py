@@ -56,7 +56,14 @@ def build_hf(family: str, overrides: dict):
     )  # fmt: skip
     text.update(copy.deepcopy(overrides))  # HF fills defaults into rope dicts in place
     if family == "gemma3_mm":
-        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+        vision = dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
         config = tf.Gemma3Config(
             text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=VOCAB - 1,
             boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2, attn_implementation="eager",
@@ -192,7 +199,7 @@ def test_left_padded_batch_matches_hf_with_position_ids(pair):
 
 @pytest.mark.parametrize("splits", [[5, 1, 6], [1] * 12])
 def test_kv_cached_decoding_equals_full_forward(pair, splits):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     _, _, model = pair
     toks, mask = left_pad([tokens(1, n, seed=n)[0] for n in (12, 7, 3)])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.hooked_audio_encoder import HookedAudioEncoder
+from hooked.models.hooked_audio_encoder import HookedAudioEncoder
 from tests.acceptance.tiny_models import max_abs
 
 ATOL = 1e-5
@@ -29,8 +29,15 @@ def tiny_hubert(seed: int, **overrides):
     import transformers
 
     kwargs = dict(
-        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_dim=(16, 16, 16),
-        conv_kernel=(10, 3, 2), conv_stride=(5, 2, 2), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        conv_dim=(16, 16, 16),
+        conv_kernel=(10, 3, 2),
+        conv_stride=(5, 2, 2),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=4,
         attn_implementation="eager",
     )
     kwargs.update(overrides)
@@ -74,8 +81,10 @@ def test_hidden_states_and_every_block_output_match_hf(pair):
     hf, model = pair
     waves, mask = waveforms()
     outputs = []
-    handles = [layer.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o))
-               for layer in hf.encoder.layers]
+    handles = [
+        layer.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o))
+        for layer in hf.encoder.layers
+    ]
     try:
         with torch.no_grad():
             ref = hf(waves, attention_mask=mask, output_hidden_states=True)

@@ -47,7 +47,10 @@ PHI3 = dict(num_attention_heads=2, num_key_value_heads=1, original_max_position_
 CASES = {
     "llama_yarn": (
         "Llama",
-        dict(num_key_value_heads=2, rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16)),
+        dict(
+            num_key_value_heads=2,
+            rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=16),
+        ),
         40,
     ),
     "llama_yarn_mscale": (
@@ -105,7 +108,11 @@ CASES = {
     "cohere_qk_norm_logit_scale": ("Cohere", dict(num_key_value_heads=2, use_qk_norm=True, logit_scale=0.5), 16),
     "cohere_tied_logit_scale": ("Cohere", dict(num_key_value_heads=2, logit_scale=2.0), 16),
     "falcon_new_arch_gqa_two_ln": ("Falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True), 16),
-    "falcon_new_arch_one_ln": ("Falcon", dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1), 16),
+    "falcon_new_arch_one_ln": (
+        "Falcon",
+        dict(new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1),
+        16,
+    ),
     "falcon_multi_query": ("Falcon", dict(multi_query=True, parallel_attn=True, bias=True), 16),
     "falcon_mha_sequential": ("Falcon", dict(multi_query=False, parallel_attn=False, bias=True), 16),
     # HF's eager Falcon-ALiBi adds the bias twice (in the mask and in the scores); SDPA, HF's default, once.
@@ -180,7 +187,7 @@ def test_processed_matches_hf(case):
 
 @pytest.mark.parametrize("name", CACHE_EXACT)
 def test_kv_cached_decoding_equals_full_forward(name):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     model = hooked_from(build(name))
     n = CASES[name][2]
@@ -190,7 +197,9 @@ def test_kv_cached_decoding_equals_full_forward(name):
         full = model(t)
         cache, start = HookedTransformerKeyValueCache.init_cache(model.cfg, model.cfg.device, 2), 0
         for size in splits:
-            assert max_abs(model(t[:, start : start + size], past_kv_cache=cache), full[:, start : start + size]) <= ATOL
+            assert (
+                max_abs(model(t[:, start : start + size], past_kv_cache=cache), full[:, start : start + size]) <= ATOL
+            )
             start += size
 
 
@@ -241,7 +250,10 @@ def test_olmo2_norms_follow_the_sublayers_and_are_not_folded():
     model = HookedTransformer.from_pretrained("olmo2", hf_model=hf)  # default processing: fold_ln is skipped
     assert "fold_ln" not in model.cfg.weight_processing and "blocks.0.ln1.w" in model.state_dict()
     order = []
-    hooks = [(name, lambda x, hook: order.append(hook.name)) for name in ("blocks.0.attn.hook_z", "blocks.0.ln1.hook_normalized")]
+    hooks = [
+        (name, lambda x, hook: order.append(hook.name))
+        for name in ("blocks.0.attn.hook_z", "blocks.0.ln1.hook_normalized")
+    ]
     t = tokens(2, 8)
     with torch.no_grad():
         _, cache = model.run_with_cache(t, names_filter=lambda n: n.startswith("blocks.0."))
@@ -280,7 +292,14 @@ def test_falcon_alibi_is_added_before_the_scaling_once():
 def test_cases_cover_every_modern_family():
     """The parity cases above build each of these HF classes (removing a family's last case fails here)."""
     families = {
-        "CohereForCausalLM", "FalconForCausalLM", "GraniteForCausalLM", "LlamaForCausalLM", "OlmoForCausalLM",
-        "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Phi3ForCausalLM", "SmolLM3ForCausalLM",
+        "CohereForCausalLM",
+        "FalconForCausalLM",
+        "GraniteForCausalLM",
+        "LlamaForCausalLM",
+        "OlmoForCausalLM",
+        "Olmo2ForCausalLM",
+        "Olmo3ForCausalLM",
+        "Phi3ForCausalLM",
+        "SmolLM3ForCausalLM",
     }
     assert {case[0] + "ForCausalLM" for case in CASES.values()} == families

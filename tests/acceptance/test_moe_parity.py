@@ -94,7 +94,7 @@ def test_processed_matches_hf_and_unprocessed_and_is_idempotent(pair):
 
 
 def test_kv_cached_decoding_equals_full_forward(pair):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     _, model = pair
     t = tokens()
@@ -285,6 +285,10 @@ def test_stacked_mlp_weights_point_to_the_experts(pair):
 def test_configs_cover_every_moe_family():
     """The parity configs above build each of these HF classes (removing a family's last config fails here)."""
     families = {
-        "GptOssForCausalLM", "MixtralForCausalLM", "OlmoeForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+        "GptOssForCausalLM",
+        "MixtralForCausalLM",
+        "OlmoeForCausalLM",
+        "Qwen2MoeForCausalLM",
+        "Qwen3MoeForCausalLM",
     }
     assert {prefix + "ForCausalLM" for prefix, _ in CONFIGS.values()} == families

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hooked.components.norms import RMSNormGainFirst
-from hooked.dtypes import cast_parameter
+from hooked.core.dtypes import cast_parameter
 from tests.acceptance.tiny_models import tokens
 from tests.helpers import hooked_from
 from tests.precision_models import FAMILIES, precision_rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.hooked_encoder_decoder import HookedEncoderDecoder
+from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 from tests.acceptance.tiny_models import max_abs
 
 ATOL = 1e-5
@@ -28,8 +28,17 @@ def tiny_t5(seed: int, **overrides):
     import transformers
 
     kwargs = dict(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-        relative_attention_max_distance=16, decoder_start_token_id=0, pad_token_id=0, eos_token_id=EOS,
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=EOS,
         attn_implementation="eager",
     )
     kwargs.update(overrides)
@@ -85,7 +94,9 @@ def test_every_block_output_matches_hf(pair):
     tokens, mask, decoder = inputs(1)
     blocks = list(hf.encoder.block) + list(hf.decoder.block)
     outputs = []
-    handles = [b.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o)) for b in blocks]
+    handles = [
+        b.register_forward_hook(lambda m, i, o: outputs.append(o[0] if isinstance(o, tuple) else o)) for b in blocks
+    ]
     try:
         with torch.no_grad():
             ref = hf(input_ids=tokens, attention_mask=mask, decoder_input_ids=decoder)
@@ -127,8 +138,13 @@ def test_greedy_generate_matches_hf(pair, use_cache):
     with torch.no_grad():
         ref = hf.generate(tokens, attention_mask=mask, max_new_tokens=10, do_sample=False)
     ours = model.generate(
-        tokens, one_zero_attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=EOS,
-        verbose=False, use_past_kv_cache=use_cache,
+        tokens,
+        one_zero_attention_mask=mask,
+        max_new_tokens=10,
+        do_sample=False,
+        eos_token_id=EOS,
+        verbose=False,
+        use_past_kv_cache=use_cache,
     )
     # HF pads finished rows with the pad token, hooked (as TransformerLens) with EOS: compare up to EOS
     assert [until_eos(r) for r in ref] == [until_eos(r) for r in ours]

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer
-from hooked.patching import get_act_patch_block_every
+from hooked.analysis.patching import get_act_patch_block_every
 from tests.acceptance.test_precision_parity import BITWISE
 from tests.acceptance.tiny_models import tiny_hf, tokens
 from tests.helpers import hooked_from
@@ -113,7 +113,9 @@ def test_hooks_that_patch_in_cpu_tensors_reach_each_layers_device(plain, placed)
         return patch
 
     hooks = [("blocks.1.hook_resid_pre", replace), ("blocks.3.hook_resid_pre", replace)]
-    torch.testing.assert_close(placed.run_with_hooks(t, fwd_hooks=hooks), plain.run_with_hooks(t, fwd_hooks=hooks), **EXACT)
+    torch.testing.assert_close(
+        placed.run_with_hooks(t, fwd_hooks=hooks), plain.run_with_hooks(t, fwd_hooks=hooks), **EXACT
+    )
 
 
 def test_generate_and_patching_on_the_placed_model(plain, placed):

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hooked import HookedEncoder
+from hooked.analysis.patching import get_act_patch_resid_pre
 from hooked.circuits import attribution_patch, edge_attribution_patching
 from hooked.harvest import ActivationReader, harvest
-from hooked.patching import get_act_patch_resid_pre
 from hooked.viz import attention_patterns, direct_logit_attribution, logit_lens
 from hooked.viz._html import embedded_data
 from tests.unit.circuits_models import logit_diff, make_model, token_pair

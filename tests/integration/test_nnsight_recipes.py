@@ -34,7 +34,9 @@ def pair():
     hf = tiny_gpt2()
     for config in (hf.config, hf.generation_config):  # the tiny vocabulary's own special tokens
         config.eos_token_id, config.pad_token_id, config.bos_token_id = (
-            tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+            tokenizer.bos_token_id,
         )
     model = hooked_from(hf, tokenizer=tokenizer)
     with warnings.catch_warnings():

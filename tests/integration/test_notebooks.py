@@ -41,8 +41,13 @@ def outputs(nb):
 
 def test_there_are_notebooks():
     names = {p.name for p in NOTEBOOKS}
-    assert {"main_demo.ipynb", "activation_patching.ipynb", "induction_heads.ipynb", "nnsight.ipynb",
-            "harvest_to_sae.ipynb"} <= names, names
+    assert {
+        "main_demo.ipynb",
+        "activation_patching.ipynb",
+        "induction_heads.ipynb",
+        "nnsight.ipynb",
+        "harvest_to_sae.ipynb",
+    } <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])

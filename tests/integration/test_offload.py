@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from hooked import HookedTransformer  # noqa: E402
+from hooked.analysis.patching import get_act_patch_block_every  # noqa: E402
+from hooked.placement.dispatch import read_weight  # noqa: E402
 from tests.acceptance.tiny_models import tiny_hf, tokens
 from tests.helpers import tiny_gpt2
-
-
-from hooked import HookedTransformer  # noqa: E402
-from hooked.patching import get_act_patch_block_every  # noqa: E402
-from hooked.scale.dispatch import read_weight  # noqa: E402
 
 EXACT = dict(atol=0.0, rtol=0.0)  # offload moves the same tensors: nothing is recomputed differently
 REPO = Path(__file__).resolve().parents[2]

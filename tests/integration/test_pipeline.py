@@ -139,7 +139,9 @@ def _compare(got: dict, want: dict, name: str, rank: int) -> None:
                 "stop_neg", "stopped_cache"):  # fmt: skip
         if key not in want:  # (head and neuron results: families without experts)
             continue
-        torch.testing.assert_close(got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}")
+        torch.testing.assert_close(
+            got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}"
+        )
     for key in ("greedy", "sampled", "sampled_no_cache"):
         assert torch.equal(got[key], want[key]), f"{name} rank {rank}: {key} tokens differ"
 
@@ -219,7 +221,9 @@ def test_faults_reach_every_rank_without_hanging(world2):
     torch.testing.assert_close(reports[0]["after"], reports[1]["after"], atol=0, rtol=0)
     # the rank that failed has the traceback; the other one points at it
     assert "traceback is in" not in reports[1]["hook"] and "(the traceback is in rank 1's output)" in reports[0]["hook"]
-    assert "traceback is in" not in reports[0]["input"] and "(the traceback is in rank 0's output)" in reports[1]["input"]
+    assert (
+        "traceback is in" not in reports[0]["input"] and "(the traceback is in rank 0's output)" in reports[1]["input"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +250,10 @@ def test_ranks_in_different_operations_fail_at_once_naming_both(world2_mismatch)
         assert "rank 1 is reading weight blocks.0.attn.W_Q" in report["weight_vs_forward"]
         assert "same pipelined calls" in report["weight_vs_forward"]
         generate = report["generate_vs_forward"]
-        assert generate.startswith("rank 0 is in generate() step 0 (pipelined call #") and "rank 1 is in forward()" in generate
+        assert (
+            generate.startswith("rank 0 is in generate() step 0 (pipelined call #")
+            and "rank 1 is in forward()" in generate
+        )
     for key in ("after", "cache_after", "two_prompts_on_micro4", "generate_after"):
         torch.testing.assert_close(reports[0][key], reports[1][key], atol=0, rtol=0)
     torch.testing.assert_close(reports[0]["two_prompts_on_micro4"], reports[0]["two_prompts"], atol=ATOL, rtol=0)

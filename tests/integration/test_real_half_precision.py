@@ -46,7 +46,9 @@ def test_smollm2_greedy_generation_equals_hf_bitwise_in_bfloat16():
     hf = AutoModelForCausalLM.from_pretrained(bundled_checkpoint_dir("smollm2-135m"), dtype=torch.bfloat16).eval()
     ours = HookedTransformer.from_pretrained_no_processing("smollm2-135m", dtype=torch.bfloat16)
     ours.tokenizer.padding_side = "left"
-    tokens, mask = ours.tokenizer(["The Eiffel Tower is in the city of", "Hi"], padding=True, return_tensors="pt").values()
+    tokens, mask = ours.tokenizer(
+        ["The Eiffel Tower is in the city of", "Hi"], padding=True, return_tensors="pt"
+    ).values()
     got = ours.generate(tokens, attention_mask=mask, max_new_tokens=30, do_sample=False, verbose=False,
                         stop_at_eos=False, output_logits=True)  # fmt: skip
     with torch.no_grad():

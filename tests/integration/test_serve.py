@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked import HookedTransformer, interventions as iv, metrics, patching, remote
+from hooked import HookedTransformer, metrics, patching, remote
+from hooked import interventions as iv
 from hooked.circuits import attribution_patch
 from hooked.serve import start_in_thread
 from tests.integration.serve_models import TOKENS, save_tiny
@@ -106,8 +107,12 @@ def test_generate_greedy_with_hooks_at_steps_and_cache(pair):
     got = client.generate(tokens, fwd_hooks=hooks(), **kw)
     expected = local.generate(tokens, fwd_hooks=hooks(), **kw)
     assert torch.equal(got, expected) and not torch.equal(got, local.generate(tokens, **kw))
-    out_r = client.generate(PROMPTS, return_cache=True, names_filter="blocks.1.hook_resid_post", output_logits=True, **kw)
-    out_l = local.generate(PROMPTS, return_cache=True, names_filter="blocks.1.hook_resid_post", output_logits=True, **kw)
+    out_r = client.generate(
+        PROMPTS, return_cache=True, names_filter="blocks.1.hook_resid_post", output_logits=True, **kw
+    )
+    out_l = local.generate(
+        PROMPTS, return_cache=True, names_filter="blocks.1.hook_resid_post", output_logits=True, **kw
+    )
     assert torch.equal(out_r.sequences, out_l.sequences) and out_r.text == out_l.text
     assert torch.equal(out_r.cache["blocks.1.hook_resid_post"], out_l.cache["blocks.1.hook_resid_post"])
     assert all(torch.equal(a, b) for a, b in zip(out_r.logits, out_l.logits))
@@ -124,8 +129,15 @@ def test_generate_streams_each_step(pair):
     assert torch.equal(torch.cat(chunks, 1), local.generate(local.to_tokens(PROMPTS[1]), **kw)[:, -5:])
 
 
-@pytest.mark.parametrize("fn", ["get_act_patch_resid_pre", "get_act_patch_attn_head_out_all_pos",
-                                "get_act_patch_attn_head_v_by_pos", "get_act_patch_block_every"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        "get_act_patch_resid_pre",
+        "get_act_patch_attn_head_out_all_pos",
+        "get_act_patch_attn_head_v_by_pos",
+        "get_act_patch_block_every",
+    ],
+)
 def test_patching_sweeps_run_server_side(pair, fn):
     local, client = pair
     clean = local.to_tokens(PROMPTS[0])
@@ -145,10 +157,12 @@ def test_generic_patch_with_index_rows_and_log_prob_metric(pair):
     rows = torch.tensor([[1, 0], [0, 3], [1, 2]])
     metric = metrics.log_prob(9)
     args = (patching.layer_pos_patch_setter, "resid_mid")
-    got = patching.generic_activation_patch(client, corrupted, client.run_with_cache(clean)[1], metric, *args,
-                                            index_df=rows, verbose=False)
-    expected = patching.generic_activation_patch(local, corrupted, local.run_with_cache(clean)[1], metric, *args,
-                                                 index_df=rows, verbose=False)
+    got = patching.generic_activation_patch(
+        client, corrupted, client.run_with_cache(clean)[1], metric, *args, index_df=rows, verbose=False
+    )
+    expected = patching.generic_activation_patch(
+        local, corrupted, local.run_with_cache(clean)[1], metric, *args, index_df=rows, verbose=False
+    )
     assert torch.equal(got, expected)
 
 
@@ -170,9 +184,14 @@ def test_python_hooks_and_metrics_are_refused_client_side(pair):
     _, client = pair
     with pytest.raises(Exception, match="never Python functions"):
         client.run_with_hooks(PROMPTS[0], fwd_hooks=[("blocks.0.hook_resid_pre", lambda act, hook: act)])
-    with pytest.raises(Exception, match="hooked.metrics"):
-        patching.get_act_patch_resid_pre(client, client.to_tokens(PROMPTS[0]), client.run_with_cache(PROMPTS[0])[1],
-                                         lambda logits: logits.sum(), verbose=False)
+    with pytest.raises(Exception, match="hooked.analysis.metrics"):
+        patching.get_act_patch_resid_pre(
+            client,
+            client.to_tokens(PROMPTS[0]),
+            client.run_with_cache(PROMPTS[0])[1],
+            lambda logits: logits.sum(),
+            verbose=False,
+        )
 
 
 @pytest.mark.slow
@@ -184,21 +203,30 @@ def test_bundled_smollm2_remote_equals_local():
         prompt = "The Eiffel Tower is in the city of"
         paris, rome = local.to_single_token(" Paris"), local.to_single_token(" Rome")
         steer = local.W_U[:, paris] - local.W_U[:, rome]
-        hooks = [("blocks.10.attn.hook_z", iv.zero_ablate(heads=[0, 3])),
-                 ("blocks.20.hook_resid_post", iv.add(steer, scale=-4.0, positions=[-1]))]
+        hooks = [
+            ("blocks.10.attn.hook_z", iv.zero_ablate(heads=[0, 3])),
+            ("blocks.20.hook_resid_post", iv.add(steer, scale=-4.0, positions=[-1])),
+        ]
         for model_pair in [(client, local)]:
             got, expected = (m.run_with_hooks(prompt, fwd_hooks=hooks) for m in model_pair)
             assert torch.equal(got, expected)
-        (lr, cr), (ll, cl) = (m.run_with_cache(prompt, names_filter=lambda n: "resid" in n or "scale" in n)
-                              for m in (client, local))
+        (lr, cr), (ll, cl) = (
+            m.run_with_cache(prompt, names_filter=lambda n: "resid" in n or "scale" in n) for m in (client, local)
+        )
         assert torch.equal(lr, ll)
-        torch.testing.assert_close(cr.accumulated_resid(apply_ln=True), cl.accumulated_resid(apply_ln=True), rtol=0, atol=0)
+        torch.testing.assert_close(
+            cr.accumulated_resid(apply_ln=True), cl.accumulated_resid(apply_ln=True), rtol=0, atol=0
+        )
         kw = dict(max_new_tokens=8, do_sample=False, verbose=False)
         assert client.generate(prompt, **kw) == local.generate(prompt, **kw)
         metric = metrics.logit_diff(paris, rome)
         corrupted = local.to_tokens("The Colosseum is in the city of")
         clean = local.to_tokens(prompt)
         assert clean.shape == corrupted.shape
-        got = patching.get_act_patch_resid_pre(client, corrupted, client.run_with_cache(clean)[1], metric, verbose=False)
-        expected = patching.get_act_patch_resid_pre(local, corrupted, local.run_with_cache(clean)[1], metric, verbose=False)
+        got = patching.get_act_patch_resid_pre(
+            client, corrupted, client.run_with_cache(clean)[1], metric, verbose=False
+        )
+        expected = patching.get_act_patch_resid_pre(
+            local, corrupted, local.run_with_cache(clean)[1], metric, verbose=False
+        )
         assert torch.equal(got, expected)

@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from hooked import HookedTransformer, remote
 from hooked.serve import start_in_thread
+from tests.integration.browser import check_screenshot, open_page, require_browser
 from tests.integration.serve_models import TOKENS, save_tiny
 
-from tests.integration.browser import check_screenshot, open_page, require_browser
-
 require_browser()
-
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +39,9 @@ def test_inspect_page_runs_the_prompt_views(browser, server, tmp_path):
     assert response.status == 401  # no token: refused
     page.context.close()
     headers = {"authorization": f"Bearer {TOKENS['alice']}"}
-    page, response, errors, _ = open_page(browser, server.url + "/inspect?prompt=The%20quick%20brown%20fox",
-                                          headers=headers, wait_for=None)
+    page, response, errors, _ = open_page(
+        browser, server.url + "/inspect?prompt=The%20quick%20brown%20fox", headers=headers, wait_for=None
+    )
     assert response.status == 200
     page.wait_for_selector("section", timeout=30_000)
     kinds = page.eval_on_selector_all("section", "els => els.map(e => e.dataset.kind)")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, metrics, remote
-from hooked.errors import RemoteError
+from hooked.core.errors import RemoteError
 from hooked.serve import SchedulerOptions, ServeOptions, start_in_thread
 from hooked.serve.wire import CONTENT_TYPE, encode
 from tests.integration.serve_models import TOKENS, save_tiny
@@ -30,8 +30,15 @@ WAIT_S = 60
 def _long_sweep_body(tokens: torch.Tensor) -> bytes:
     """A pattern sweep over every (layer, head, dest, src): thousands of forwards, progress every 16."""
     metric, _ = metrics.log_prob(3).to_spec()
-    body = {"op": "patch", "setter": "layer_head_dest_src_pos_pattern_patch_setter", "activation": "pattern",
-            "axes": ["layer", "head_index", "dest_pos", "src_pos"], "metric": metric, "batch_size": 1, "chunk": 16}
+    body = {
+        "op": "patch",
+        "setter": "layer_head_dest_src_pos_pattern_patch_setter",
+        "activation": "pattern",
+        "axes": ["layer", "head_index", "dest_pos", "src_pos"],
+        "metric": metric,
+        "batch_size": 1,
+        "chunk": 16,
+    }
     return encode(body, {"tokens": tokens, "clean_tokens": tokens.flip(1)})
 
 
@@ -61,8 +68,11 @@ with httpx.stream('POST', url + '/v1/stream', content=body, timeout=60,
 def test_a_client_killed_mid_request_leaves_others_unaffected(server, tmp_path):
     tokens = torch.arange(1, 25)[None]
     (tmp_path / "body").write_bytes(_long_sweep_body(tokens))
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT, server.url, TOKENS["alice"], str(tmp_path / "body")],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, server.url, TOKENS["alice"], str(tmp_path / "body")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         job = json.loads(proc.stdout.readline())["job"]
         assert "progress" in json.loads(proc.stdout.readline())  # running
@@ -83,7 +93,7 @@ def test_a_client_killed_mid_request_leaves_others_unaffected(server, tmp_path):
 
 def test_failing_requests_get_a_clear_4xx_and_the_server_keeps_serving(server):
     client = remote.connect(server.url, token=TOKENS["alice"])
-    from hooked import interventions as iv
+    from hooked.analysis import interventions as iv
 
     with pytest.raises(RemoteError, match="no hook point") as e:
         client.run_with_hooks(torch.tensor([[1, 2]]), fwd_hooks=[("blocks.9.hook_resid_pre", iv.zero_ablate())])
@@ -92,7 +102,9 @@ def test_failing_requests_get_a_clear_4xx_and_the_server_keeps_serving(server):
         client.run_with_hooks(torch.tensor([[1, 2]]), fwd_hooks=[("blocks.0.hook_resid_pre", iv.add(torch.ones(7)))])
     assert e.value.status == 422
     with pytest.raises(RemoteError, match="out of range"):
-        client.run_with_hooks(torch.tensor([[1, 2]]), fwd_hooks=[("blocks.0.hook_resid_pre", iv.zero_ablate(positions=[5]))])
+        client.run_with_hooks(
+            torch.tensor([[1, 2]]), fwd_hooks=[("blocks.0.hook_resid_pre", iv.zero_ablate(positions=[5]))]
+        )
     assert client(torch.tensor([[1, 2]])).shape == (1, 2, 300)
     client.close()
 
@@ -100,11 +112,18 @@ def test_failing_requests_get_a_clear_4xx_and_the_server_keeps_serving(server):
 def test_a_job_past_the_request_timeout_gets_504(checkpoint):
     model = HookedTransformer.from_pretrained(str(checkpoint))
     options = ServeOptions(scheduler=SchedulerOptions(request_timeout_s=0.5), drain_timeout_s=5)
-    with start_in_thread(model, tokens=TOKENS, options=options) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+    with (
+        start_in_thread(model, tokens=TOKENS, options=options) as srv,
+        httpx.Client(base_url=srv.url, timeout=30) as http,
+    ):
         r = http.post("/v1/run", content=_long_sweep_body(torch.arange(1, 25)[None]), headers=ALICE)
         assert r.status_code == 504 and "timeout" in r.json()["error"]
-        assert http.post("/v1/run", content=encode({"op": "forward"}, {"tokens": torch.tensor([[1]])}),
-                         headers=ALICE).status_code == 200
+        assert (
+            http.post(
+                "/v1/run", content=encode({"op": "forward"}, {"tokens": torch.tensor([[1]])}), headers=ALICE
+            ).status_code
+            == 200
+        )
 
 
 def _free_port() -> int:
@@ -118,8 +137,13 @@ def test_sigterm_drains_in_flight_requests(checkpoint, tmp_path):
     port = _free_port()
     env = dict(os.environ, HOOKED_SERVE_TOKENS=f"alice {TOKENS['alice']}", PYTHONPATH=str(ROOT))
     log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "hooked.cli", "serve", "--model", str(checkpoint), "--port",
-                             str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hooked.cli", "serve", "--model", str(checkpoint), "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=url, timeout=WAIT_S) as http:
@@ -161,14 +185,20 @@ def test_compatible_requests_of_different_users_are_batched(checkpoint):
     local = HookedTransformer.from_pretrained(str(checkpoint))
     tokens = {"carol": "carol-token-0123456789", **TOKENS}
     options = ServeOptions(scheduler=SchedulerOptions(max_batch=4))
-    with start_in_thread(model, tokens=tokens, options=options) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+    with (
+        start_in_thread(model, tokens=tokens, options=options) as srv,
+        httpx.Client(base_url=srv.url, timeout=60) as http,
+    ):
         clients = {user: remote.connect(srv.url, token=token) for user, token in tokens.items()}  # connected first
-        blocker = threading.Thread(target=lambda: http.post(
-            "/v1/run", content=_long_sweep_body(torch.arange(1, 17)[None]), headers=ALICE))
+        blocker = threading.Thread(
+            target=lambda: http.post("/v1/run", content=_long_sweep_body(torch.arange(1, 17)[None]), headers=ALICE)
+        )
         blocker.start()
         time.sleep(0.3)  # the sweep (2048 patches) is running: the forwards below queue behind it
-        inputs = {user: torch.randint(0, 300, (2, 6), generator=torch.Generator().manual_seed(i))
-                  for i, user in enumerate(tokens)}
+        inputs = {
+            user: torch.randint(0, 300, (2, 6), generator=torch.Generator().manual_seed(i))
+            for i, user in enumerate(tokens)
+        }
         results = {}
 
         def ask(user):

@@ -15,7 +15,8 @@ import httpx
 import pytest
 import torch
 
-from hooked import HookedTransformer, interventions as iv, metrics, patching, remote
+from hooked import HookedTransformer, metrics, patching, remote
+from hooked import interventions as iv
 from tests.integration.serve_models import TOKENS, save_tiny
 
 pytestmark = pytest.mark.slow
@@ -36,12 +37,30 @@ def served(tmp_path_factory):
     http_port, dist_port = _free_port(), _free_port()
     procs, logs = [], []
     for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(dist_port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
-                   HOOKED_SERVE_TOKENS="\n".join(f"{u} {t}" for u, t in TOKENS.items()))
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(dist_port),
+            PYTHONPATH=str(ROOT),
+            CUDA_VISIBLE_DEVICES="",
+            OMP_NUM_THREADS="1",
+            HOOKED_SERVE_TOKENS="\n".join(f"{u} {t}" for u, t in TOKENS.items()),
+        )
         logs.append(open(root / f"rank{rank}.log", "w"))
-        cmd = [sys.executable, "-m", "hooked.cli", "serve", "--pipeline", "--model", str(checkpoint),
-               "--port", str(http_port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hooked.cli",
+            "serve",
+            "--pipeline",
+            "--model",
+            str(checkpoint),
+            "--port",
+            str(http_port),
+        ]
         procs.append(subprocess.Popen(cmd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT, cwd=ROOT))
     url = f"http://127.0.0.1:{http_port}"
     deadline = time.monotonic() + WAIT_S
@@ -78,18 +97,29 @@ def test_pipeline_server_answers_equal_the_local_model(served):
     with remote.connect(url, token=TOKENS["alice"]) as client:
         tokens = local.to_tokens(prompts)
         torch.testing.assert_close(client(tokens), local(tokens), rtol=0, atol=1e-6)
-        hooks = [("blocks.0.attn.hook_z", iv.zero_ablate(heads=[1])),
-                 ("blocks.1.hook_resid_pre", iv.add(torch.ones(local.cfg.d_model), scale=0.5, positions=[-1]))]
-        torch.testing.assert_close(client.run_with_hooks(tokens, fwd_hooks=hooks),
-                                   local.run_with_hooks(tokens, fwd_hooks=hooks), rtol=0, atol=1e-6)
+        hooks = [
+            ("blocks.0.attn.hook_z", iv.zero_ablate(heads=[1])),
+            ("blocks.1.hook_resid_pre", iv.add(torch.ones(local.cfg.d_model), scale=0.5, positions=[-1])),
+        ]
+        torch.testing.assert_close(
+            client.run_with_hooks(tokens, fwd_hooks=hooks),
+            local.run_with_hooks(tokens, fwd_hooks=hooks),
+            rtol=0,
+            atol=1e-6,
+        )
         (_, cr), (_, cl) = client.run_with_cache(tokens), local.run_with_cache(tokens)
-        torch.testing.assert_close(cr.decompose_resid(apply_ln=True), cl.decompose_resid(apply_ln=True),
-                                   rtol=0, atol=1e-6)  # weights fetched from the rank that owns each block
+        torch.testing.assert_close(
+            cr.decompose_resid(apply_ln=True), cl.decompose_resid(apply_ln=True), rtol=0, atol=1e-6
+        )  # weights fetched from the rank that owns each block
         kw = dict(max_new_tokens=5, do_sample=False, verbose=False, stop_at_eos=False)
         assert client.generate(prompts[0], **kw) == local.generate(prompts[0], **kw)
         clean = local.to_tokens(prompts[0])
         corrupted = torch.cat([clean[:, :1], clean[:, 1:].flip(1)], dim=1)
         metric = metrics.logit_diff([5], [7])
-        got = patching.get_act_patch_resid_pre(client, corrupted, client.run_with_cache(clean)[1], metric, verbose=False)
-        expected = patching.get_act_patch_resid_pre(local, corrupted, local.run_with_cache(clean)[1], metric, verbose=False)
+        got = patching.get_act_patch_resid_pre(
+            client, corrupted, client.run_with_cache(clean)[1], metric, verbose=False
+        )
+        expected = patching.get_act_patch_resid_pre(
+            local, corrupted, local.run_with_cache(clean)[1], metric, verbose=False
+        )
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)

@@ -44,14 +44,22 @@ def _still_serving(http) -> None:
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("headers,status", [
-    ({}, 401),
-    ({"authorization": "Bearer wrong-token-000000000000"}, 401),
-    ({"authorization": f"Basic {TOKENS['alice']}"}, 401),
-    ({"authorization": f"Bearer {TOKENS['alice'][:-1]}"}, 401),
-])
+@pytest.mark.parametrize(
+    "headers,status",
+    [
+        ({}, 401),
+        ({"authorization": "Bearer wrong-token-000000000000"}, 401),
+        ({"authorization": f"Basic {TOKENS['alice']}"}, 401),
+        ({"authorization": f"Bearer {TOKENS['alice'][:-1]}"}, 401),
+    ],
+)
 def test_missing_or_wrong_token_is_401(server, headers, status):
-    for method, path in (("GET", "/v1/model"), ("POST", "/v1/run"), ("GET", "/v1/weights/unembed"), ("GET", "/inspect")):
+    for method, path in (
+        ("GET", "/v1/model"),
+        ("POST", "/v1/run"),
+        ("GET", "/v1/weights/unembed"),
+        ("GET", "/inspect"),
+    ):
         r = server.request(method, path, headers={"content-type": CONTENT_TYPE, **headers}, content=_ok_body())
         assert r.status_code == status, (path, r.text)
     assert server.get("/health").status_code == 200
@@ -67,19 +75,30 @@ def test_another_users_job_is_403(server):
 
 
 EVIL = [
-    {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "__import__('os').system('true')"}}]},
+    {
+        "op": "forward",
+        "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "__import__('os').system('true')"}}],
+    },
     {"op": "forward", "hooks": [{"name": "__import__('os')", "hook": {"op": "zero_ablate"}}]},
     {"op": "forward", "hooks": [{"name": "../../etc/passwd", "hook": {"op": "zero_ablate"}}]},
     {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "zero_ablate", "heads": "1+1"}}]},
     {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "scale", "factor": "eval('2')"}}]},
-    {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "chain", "items": [{"op": "os.system"}]}}]},
+    {
+        "op": "forward",
+        "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "chain", "items": [{"op": "os.system"}]}}],
+    },
     {"op": "forward", "cache": ["os.path"]},
     {"op": "forward", "cache": "lambda n: True"},
     {"op": "subprocess.run"},
     {"op": "forward", "__reduce__": "os.system"},
     {"op": "patch", "function": "os.system", "metric": {"op": "logit_diff", "correct": [1], "incorrect": [2]}},
-    {"op": "patch", "setter": "builtins.eval", "activation": "resid_pre", "axes": ["layer"],
-     "metric": {"op": "log_prob", "token": 1}},
+    {
+        "op": "patch",
+        "setter": "builtins.eval",
+        "activation": "resid_pre",
+        "axes": ["layer"],
+        "metric": {"op": "log_prob", "token": 1},
+    },
     {"op": "patch", "function": "get_act_patch_resid_pre", "metric": {"op": "pickle.loads"}},
     {"op": "attribution", "names": ["importlib.import_module"], "metric": {"op": "log_prob", "token": 1}},
 ]
@@ -137,9 +156,13 @@ def test_oversized_tensors_and_too_many_tokens_are_refused_before_allocation(ser
 
 
 def _fuzz_bodies(rng: random.Random) -> list[bytes]:
-    good = encode({"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre",
-                                               "hook": {"op": "add", "tensor": "h0.0", "scale": 1.0}}]},
-                  {"tokens": torch.tensor([[1, 2, 3]]), "h0.0": torch.ones(64)})
+    good = encode(
+        {
+            "op": "forward",
+            "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0", "scale": 1.0}}],
+        },
+        {"tokens": torch.tensor([[1, 2, 3]]), "h0.0": torch.ones(64)},
+    )
     bodies = [good[:n] for n in (0, 4, 8, 9, 20, len(good) // 2, len(good) - 1)]  # truncated
     bodies += [good[:8] + bytes(rng.randrange(256) for _ in range(40)) for _ in range(5)]  # garbage header
     flips = []
@@ -156,23 +179,39 @@ def _fuzz_bodies(rng: random.Random) -> list[bytes]:
         encode({"op": "forward"}, {"tokens": torch.ones(2, 3, 4, dtype=torch.long)}),  # wrong rank
         encode({"op": "forward"}, {"tokens": torch.zeros(0, 3, dtype=torch.long)}),  # empty
         encode({"op": "forward"}, {"tokens": torch.ones(1, 100, dtype=torch.long)}),  # longer than n_ctx
-        encode({"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
-               {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.tensor([float("nan")] * 64)}),  # NaN
-        encode({"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
-               {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.ones(63)}),  # wrong shape: fails in the hook
-        encode({"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
-               {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.ones(64, dtype=torch.int32)}),  # int tensor
+        encode(
+            {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
+            {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.tensor([float("nan")] * 64)},
+        ),  # NaN
+        encode(
+            {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
+            {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.ones(63)},
+        ),  # wrong shape: fails in the hook
+        encode(
+            {"op": "forward", "hooks": [{"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}]},
+            {"tokens": torch.tensor([[1, 2]]), "h0.0": torch.ones(64, dtype=torch.int32)},
+        ),  # int tensor
         encode({"op": "forward"}, {"tokens": torch.tensor([[1, 2]]), "attention_mask": torch.tensor([[2, 1]])}),
-        encode({"op": "forward", "hooks": [{"name": "blocks.0.attn.hook_z", "hook": {"op": "zero_ablate", "heads": [99]}}]},
-               {"tokens": torch.tensor([[1, 2]])}),
+        encode(
+            {
+                "op": "forward",
+                "hooks": [{"name": "blocks.0.attn.hook_z", "hook": {"op": "zero_ablate", "heads": [99]}}],
+            },
+            {"tokens": torch.tensor([[1, 2]])},
+        ),
         encode({"op": "forward", "x": json.loads("[" * 10 + "]" * 10)}, {"tokens": torch.tensor([[1]])}),
         _raw_meta('{"op": "forward", "deep": ' + "[" * 5000 + "]" * 5000 + "}"),  # deep JSON body
         _raw_header(b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}"),  # deep safetensors header
         _header_only({"tokens": {"dtype": "O", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),  # object dtype
         _header_only({"tokens": {"dtype": "I64", "shape": [-1], "data_offsets": [0, 8]}}, b"\0" * 8),
         _header_only({"tokens": {"dtype": "I64", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8),  # size mismatch
-        _header_only({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},
-                      "b": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8),  # overlap
+        _header_only(
+            {
+                "a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},
+                "b": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]},
+            },
+            b"\0" * 8,
+        ),  # overlap
         struct.pack("<Q", 2**63) + b"{}",
         _raw_meta('{"op": "generate", "seed": ' + "9" * 5000 + "}"),  # an int too long to convert
         _raw_meta('{"op": "forward", "hooks": NaN}'),

@@ -40,7 +40,9 @@ def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(smollm2, smollm2_batch, hf_
     ours = hooked_log_probs(smollm2, smollm2_batch, implementation)
     ref = eager if implementation == "eager" else sdpa
     diff = (ours - ref).abs().max().item()
-    print(f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}")
+    print(
+        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}"
+    )
     assert diff <= max(delta_hf, 5e-5)
     assert (ours.argmax(-1) == ref.argmax(-1)).all()
 
@@ -52,7 +54,9 @@ def test_processed_model_is_invariant(smollm2, smollm2_processed, smollm2_batch,
     unprocessed = hooked_log_probs(smollm2, smollm2_batch, "eager")
     vs_unprocessed = (processed - unprocessed).abs().max().item()
     vs_hf = (processed - eager).abs().max().item()
-    print(f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {vs_hf:.3e}; HF eager vs SDPA {delta_hf:.3e}")
+    print(
+        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {vs_hf:.3e}; HF eager vs SDPA {delta_hf:.3e}"
+    )
     assert vs_unprocessed <= 1e-4
     assert (processed.argmax(-1) == eager.argmax(-1)).all()
 
@@ -86,7 +90,11 @@ def test_kv_heads_grouped_and_ungrouped(smollm2):
 
 
 def test_padded_batch_equals_prompts_alone(smollm2):
-    prompts = ["The capital of France is", "def add(a, b):\n    return", "Once upon a time, in a small village by the sea,"]
+    prompts = [
+        "The capital of France is",
+        "def add(a, b):\n    return",
+        "Once upon a time, in a small village by the sea,",
+    ]
     with torch.no_grad():
         batched = smollm2(prompts, padding_side="left")
         right = smollm2(prompts, padding_side="right")

@@ -11,7 +11,6 @@ import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.viz import activations_over_text, attention_patterns, direct_logit_attribution, logit_lens
-
 from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
 
 require_browser()
@@ -23,8 +22,16 @@ PROMPT = "The quick brown fox jumps over the lazy dog."
 @pytest.fixture(scope="module")
 def model(tokenizer):
     cfg = HookedTransformerConfig(
-        d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=64, d_vocab=len(tokenizer), d_mlp=64,
-        act_fn="gelu", normalization_type="LN", seed=0,
+        d_model=32,
+        d_head=8,
+        n_heads=4,
+        n_layers=2,
+        n_ctx=64,
+        d_vocab=len(tokenizer),
+        d_mlp=64,
+        act_fn="gelu",
+        normalization_type="LN",
+        seed=0,
     )
     return HookedTransformer(cfg, tokenizer=tokenizer).eval()
 
@@ -88,8 +95,13 @@ def test_attention_hover_follows_the_token(open_view, model, run):
     canvas = page.locator("canvas.pattern >> nth=0").bounding_box()
     rows = [page.locator(f".pgrid .q >> nth={i}").bounding_box() for i in (0, n - 1)]
     cols = [page.locator(f".pgrid .k >> nth={i}").bounding_box() for i in (0, n - 1)]
-    assert abs(rows[0]["y"] - canvas["y"]) < 1 and abs(rows[1]["y"] + rows[1]["height"] - canvas["y"] - canvas["height"]) < 1
-    assert abs(cols[0]["x"] - canvas["x"]) < 1 and abs(cols[1]["x"] + cols[1]["width"] - canvas["x"] - canvas["width"]) < 1
+    assert (
+        abs(rows[0]["y"] - canvas["y"]) < 1
+        and abs(rows[1]["y"] + rows[1]["height"] - canvas["y"] - canvas["height"]) < 1
+    )
+    assert (
+        abs(cols[0]["x"] - canvas["x"]) < 1 and abs(cols[1]["x"] + cols[1]["width"] - canvas["x"] - canvas["width"]) < 1
+    )
     assert "row = the query token" in page.inner_text("p.desc")
     cell = page.evaluate("() => document.querySelector('canvas.pattern').width") // n
     heads = "canvas.pattern >> nth=2"
@@ -217,12 +229,13 @@ def test_console_errors_are_caught(browser):
     assert errors and "undefinedFunction" in errors[0]
 
 
-
 def test_notebook_outputs_side_by_side(open_view, model, run, tmp_path):
     """Two `_repr_html_` fragments in one document (as in a notebook) each draw their own view."""
     str_tokens, cache = run
-    fragments = [activations_over_text(str_tokens, cache["post", 1][0, :, 0])._repr_html_(),
-                 direct_logit_attribution(model, cache, 5, per="layer")._repr_html_()]
+    fragments = [
+        activations_over_text(str_tokens, cache["post", 1][0, :, 0])._repr_html_(),
+        direct_logit_attribution(model, cache, 5, per="layer")._repr_html_(),
+    ]
     path = tmp_path / "notebook.html"
     path.write_text("<!DOCTYPE html><meta charset='utf-8'><body>" + "".join(fragments) + "</body>")
     page, errors = open_view(path, "notebook")

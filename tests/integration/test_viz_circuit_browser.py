@@ -3,15 +3,13 @@ the circuit's nodes and edges are drawn in layers, hovering shows scores, the co
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 from hooked.circuits import edge_attribution_patching
 from hooked.viz import circuit_graph
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
-
 from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
+from tests.unit.circuits_models import logit_diff, make_model, token_pair
 
 require_browser()
 

@@ -11,9 +11,8 @@ import torch
 
 from hooked.harvest import ActivationReader, harvest
 from hooked.viz import DashboardOptions, activations_over_text, feature_dashboard
-from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
-
 from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
+from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
 require_browser()
 
@@ -79,8 +78,17 @@ def test_vmax_sets_full_colour(open_view):
 @pytest.fixture(scope="module")
 def reader(model, corpus_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("acts")
-    harvest(model, corpus_dir, HOOKS[:1], out, context_length=16, batch_size=4, max_tokens=16 * 24,
-            batches_per_shard=2, progress=False)
+    harvest(
+        model,
+        corpus_dir,
+        HOOKS[:1],
+        out,
+        context_length=16,
+        batch_size=4,
+        max_tokens=16 * 24,
+        batches_per_shard=2,
+        progress=False,
+    )
     return ActivationReader(out)
 
 
@@ -116,14 +124,20 @@ def test_feature_dashboard_shows_top_contexts_histogram_and_max_tokens(open_view
     page.hover(".fd-ex >> nth=1 >> .tok.max")
     ex = data["examples"][1]
     info = page.inner_text("section[data-kind=feature] .info")
-    assert info.startswith(f"#2 context {ex['context_index']} pos {ex['pos']} ") and str(ex["values"][ex["max_at"]])[:6] in info
+    assert (
+        info.startswith(f"#2 context {ex['context_index']} pos {ex['pos']} ")
+        and str(ex["values"][ex["max_at"]])[:6] in info
+    )
     assert errors == []
 
 
 def test_dashboard_and_strips_on_one_page(open_view, reader, model):
     """A dashboard beside text strips: each kind draws, the strips keep their own shared scale."""
-    view = feature_dashboard(reader, HOOKS[0], lambda x: x[:, 0], model, options=DashboardOptions(top_k=2)) + \
-        activations_over_text(["a", "b"], [1.0, 2.0]) + activations_over_text(["c"], [4.0])
+    view = (
+        feature_dashboard(reader, HOOKS[0], lambda x: x[:, 0], model, options=DashboardOptions(top_k=2))
+        + activations_over_text(["a", "b"], [1.0, 2.0])
+        + activations_over_text(["c"], [4.0])
+    )
     page, errors = open_view(view, "mixed")
     kinds = page.eval_on_selector_all("section", "ss => ss.map(s => s.dataset.kind)")
     assert kinds == ["feature", "text", "text"]

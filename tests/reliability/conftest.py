@@ -29,7 +29,9 @@ def snapshot(model, tokenizers) -> dict:
         logits = model(PROBE).clone()
     return dict(
         logits=logits,
-        hooks={name: [(id(h.hook), h.is_permanent, h.context_level) for h in hs] for name, hs in model.list_hooks().items()},
+        hooks={
+            name: [(id(h.hook), h.is_permanent, h.context_level) for h in hs] for name, hs in model.list_hooks().items()
+        },
         torch_hooks=sum(len(hp._forward_hooks) + len(hp._forward_pre_hooks) for hp in model.hook_dict.values()),
         context_level=model.context_level,
         cfg=copy.deepcopy(model.cfg.to_dict()),

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from hooked import FactoredMatrix, patching
-from hooked.errors import InputError, InputTypeError, MissingHooksError, PatchingError, ShapeMismatchError, TokenError
+from hooked.core.errors import (
+    InputError,
+    InputTypeError,
+    MissingHooksError,
+    PatchingError,
+    ShapeMismatchError,
+    TokenError,
+)
 
 CLEAN = torch.tensor([[3, 17, 42, 7, 9]])  # [batch, pos]
 CORRUPTED = torch.tensor([[3, 18, 42, 8, 9]])
@@ -102,7 +109,9 @@ def test_missing_cache_key(model, clean_cache):
         (lambda: torch.ones(2, 5) @ FactoredMatrix(torch.ones(4, 3), torch.ones(3, 5)), r"shape \(2, 5\).*must be 4"),
         (lambda: FactoredMatrix(torch.ones(4, 3), torch.ones(3, 5)).BA, r"BA needs a square matrix, shape is \(4, 5\)"),
         (
-            lambda: FactoredMatrix(torch.ones(4, 3), torch.ones(3, 5)) @ FactoredMatrix(torch.ones(4, 2), torch.ones(2, 2)),
+            lambda: (
+                FactoredMatrix(torch.ones(4, 3), torch.ones(3, 5)) @ FactoredMatrix(torch.ones(4, 2), torch.ones(2, 2))
+            ),
             r"shape \(4, 2\)",
         ),
     ],

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hooked.cli import main
-from hooked.errors import CheckpointError
+from hooked.core.errors import CheckpointError
 from tests.helpers import make_tokenizer, tiny_gpt2
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.errors import AttentionMaskError, InputError, InputTypeError, TokenError, TokenizerError
+from hooked.core.errors import AttentionMaskError, InputError, InputTypeError, TokenError, TokenizerError
 
 TOKENS = torch.tensor([[3, 17, 42, 7]])  # [batch, pos]
 
@@ -76,7 +76,10 @@ def test_start_at_layer_needs_a_residual(model, unchanged, bad):
 
 def test_start_at_layer_with_float_tokens(model, unchanged):
     resid = model(TOKENS, stop_at_layer=1)
-    with unchanged(model), pytest.raises(TokenError, match=r"tokens must be integer token ids, got dtype torch.float32"):
+    with (
+        unchanged(model),
+        pytest.raises(TokenError, match=r"tokens must be integer token ids, got dtype torch.float32"),
+    ):
         model(resid, start_at_layer=1, tokens=TOKENS.float(), return_type="loss")
 
 
@@ -116,7 +119,9 @@ def test_bad_attention_masks(model, unchanged, mask, match):
 
 def test_bool_and_int_masks_agree(model):
     mask = torch.tensor([[0, 1, 1, 1]])
-    torch.testing.assert_close(model(TOKENS, attention_mask=mask), model(TOKENS, attention_mask=mask.bool()), atol=0, rtol=0)
+    torch.testing.assert_close(
+        model(TOKENS, attention_mask=mask), model(TOKENS, attention_mask=mask.bool()), atol=0, rtol=0
+    )
 
 
 def test_invalid_padding_side(model, unchanged):
@@ -139,7 +144,9 @@ def _bare_tokenizer():
 
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=200, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    raw.train_from_iterator(
+        CORPUS, trainers.BpeTrainer(vocab_size=200, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    )
     return PreTrainedTokenizerFast(tokenizer_object=raw)
 
 
@@ -152,7 +159,10 @@ def bare_model():
 
 def test_prepend_bos_without_bos_token(bare_model, unchanged):
     model, tok = bare_model
-    with unchanged(model, tok), pytest.raises(TokenizerError, match=r"prepend_bos=True.*no BOS token.*prepend_bos=False"):
+    with (
+        unchanged(model, tok),
+        pytest.raises(TokenizerError, match=r"prepend_bos=True.*no BOS token.*prepend_bos=False"),
+    ):
         model("hello")
     assert model("hello", prepend_bos=False).shape[1] > 0  # the fix works
 
@@ -181,7 +191,10 @@ def test_bare_tokenizer_is_not_given_tokens_outside_its_vocabulary():
 
 
 def test_start_at_layer_with_a_residual_of_the_wrong_width(model, unchanged):
-    with unchanged(model), pytest.raises(InputError, match=r"d_model=64\] entering that block as input, got torch.float32 \(1, 4, 32\)"):
+    with (
+        unchanged(model),
+        pytest.raises(InputError, match=r"d_model=64\] entering that block as input, got torch.float32 \(1, 4, 32\)"),
+    ):
         model(torch.zeros(1, 4, 32), start_at_layer=1)
 
 

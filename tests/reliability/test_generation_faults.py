@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from hooked.errors import AttentionMaskError, InputError, InputTypeError, KVCacheMismatchError, TokenError
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+from hooked.core.errors import AttentionMaskError, InputError, InputTypeError, KVCacheMismatchError, TokenError
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
 TOKENS = torch.tensor([[3, 17, 42, 7]])  # [batch, pos]
 
@@ -16,7 +16,10 @@ TOKENS = torch.tensor([[3, 17, 42, 7]])  # [batch, pos]
 def test_kv_cache_with_another_batch_size(model, unchanged):
     cache = HookedTransformerKeyValueCache.init_cache(model.cfg, batch_size=1)
     model(TOKENS, past_kv_cache=cache)
-    with unchanged(model), pytest.raises(KVCacheMismatchError, match="built for batch size 1, but this input has batch size 2"):
+    with (
+        unchanged(model),
+        pytest.raises(KVCacheMismatchError, match="built for batch size 1, but this input has batch size 2"),
+    ):
         model(torch.cat([TOKENS, TOKENS])[:, :1], past_kv_cache=cache)
     assert cache.n_cached == 4  # the refused call did not grow the cache
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hooked import HookNotEnabledError, HookShapeError
-from hooked.errors import ConcurrentUseError, InputTypeError
+from hooked.core.errors import ConcurrentUseError, InputTypeError
 
 TOKENS = torch.tensor([[3, 17, 42, 7]])  # [batch, pos]
 RESID = "blocks.0.hook_resid_pre"
@@ -19,7 +19,10 @@ def identity(x, hook):
 
 
 def test_non_callable_hook(model, unchanged):
-    with unchanged(model), pytest.raises(InputTypeError, match=r"hook for 'blocks.0.hook_resid_pre' must be callable.* 5"):
+    with (
+        unchanged(model),
+        pytest.raises(InputTypeError, match=r"hook for 'blocks.0.hook_resid_pre' must be callable.* 5"),
+    ):
         model.add_hook(RESID, 5)
 
 
@@ -56,7 +59,10 @@ def test_a_bad_pair_after_good_ones_adds_nothing(model, unchanged):
 
 
 def test_unknown_hook_name(model, unchanged):
-    with unchanged(model), pytest.raises(KeyError, match=r"blocks.0.hook_resid_pr.*Did you mean: blocks.0.hook_resid_pre"):
+    with (
+        unchanged(model),
+        pytest.raises(KeyError, match=r"blocks.0.hook_resid_pr.*Did you mean: blocks.0.hook_resid_pre"),
+    ):
         model.run_with_hooks(TOKENS, fwd_hooks=[("blocks.0.hook_resid_pr", identity)])
 
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hooked import HookedTransformer
-from hooked.errors import CheckpointError, InputError, UnsafeCheckpointError, WeightShapeError
+from hooked.core.errors import CheckpointError, InputError, UnsafeCheckpointError, WeightShapeError
 from tests.helpers import make_tokenizer, tiny_gpt2
 
 
@@ -61,12 +61,17 @@ def rewrite(directory: Path, **changes) -> Path:
 
 # -- arguments -------------------------------------------------------------------------------------------
 def test_unknown_keyword_names_close_matches(ckpt, model, tok, unchanged):
-    with unchanged(model, tok), pytest.raises(TypeError, match=r"unexpected keyword argument 'fold_LN'\. Did you mean fold_ln"):
+    with (
+        unchanged(model, tok),
+        pytest.raises(TypeError, match=r"unexpected keyword argument 'fold_LN'\. Did you mean fold_ln"),
+    ):
         HookedTransformer.from_pretrained(str(ckpt), fold_LN=False, tokenizer=tok)
 
 
 def test_unknown_keyword_without_close_match(ckpt):
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'banana'.*Accepted HuggingFace loading arguments"):
+    with pytest.raises(
+        TypeError, match=r"unexpected keyword argument 'banana'.*Accepted HuggingFace loading arguments"
+    ):
         HookedTransformer.from_pretrained(str(ckpt), banana=1)
 
 
@@ -222,7 +227,9 @@ def test_pickle_only_checkpoint_is_refused_unopened(ckpt, tmp_path, monkeypatch)
     monkeypatch.setattr(torch, "load", forbidden)
     monkeypatch.setattr(pickle, "load", forbidden)
     monkeypatch.setattr(pickle, "loads", forbidden)
-    with pytest.raises(UnsafeCheckpointError, match=r"holds only pickle weights \(pytorch_model.bin\), which hooked never opens"):
+    with pytest.raises(
+        UnsafeCheckpointError, match=r"holds only pickle weights \(pytorch_model.bin\), which hooked never opens"
+    ):
         HookedTransformer.from_pretrained(str(ckpt))
     assert "pytorch_model.bin" not in opened
     assert not Path(_Payload.marker).exists()
@@ -265,9 +272,17 @@ def test_gpt2_tensors_that_disagree_with_the_config(ckpt, changes, match, model,
 @pytest.mark.parametrize(
     "key, shape, match",
     [
-        ("model.layers.0.self_attn.q_proj.weight", (30, 32), r"'model.layers.0.self_attn.q_proj.weight' \(shape \[30, 32\]\) in .*model.safetensors"),
+        (
+            "model.layers.0.self_attn.q_proj.weight",
+            (30, 32),
+            r"'model.layers.0.self_attn.q_proj.weight' \(shape \[30, 32\]\) in .*model.safetensors",
+        ),
         ("model.layers.0.self_attn.k_proj.weight", (32, 32), r"k_proj.weight"),
-        ("model.layers.0.mlp.up_proj.weight", (60, 32), r"blocks.0.mlp.W_in has shape \[32, 60\].*\[32, 64\].*up_proj.weight"),
+        (
+            "model.layers.0.mlp.up_proj.weight",
+            (60, 32),
+            r"blocks.0.mlp.W_in has shape \[32, 60\].*\[32, 64\].*up_proj.weight",
+        ),
         ("model.norm.weight", (1,), r"ln_final.w has shape \[1\], but the config implies \[32\]"),
     ],
     ids=["q_proj", "k_proj-gqa", "up_proj", "final-norm"],

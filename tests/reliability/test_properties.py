@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 from tests.helpers import CORPUS, hooked_from, make_tokenizer, tiny_gpt2
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

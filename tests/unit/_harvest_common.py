@@ -59,8 +59,9 @@ def worker_env(**extra) -> dict:
 
 
 def run_worker(model_dir, corpus, out, timeout: float = 120, **kwargs) -> None:
-    done = subprocess.run(worker_cmd(model_dir, corpus, out, **kwargs), env=worker_env(), timeout=timeout,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        worker_cmd(model_dir, corpus, out, **kwargs), env=worker_env(), timeout=timeout, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 

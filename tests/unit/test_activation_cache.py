@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.utils import get_act_name
+from hooked.core.utils import get_act_name
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.components.alibi import alibi_bias, alibi_slopes, key_positions
 from hooked.components.forward_state import ForwardState
-from hooked import HookedTransformer, HookedTransformerConfig
 
 ATOL = 1e-5
 
@@ -72,7 +72,7 @@ def test_alibi_changes_the_output_and_sdpa_matches_explicit():
 
 @pytest.mark.parametrize("implementation", ["auto", "eager"])
 def test_kv_cached_decoding_equals_full_forward(implementation):
-    from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 
     model = alibi_model(attn_implementation=implementation)
     t = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(2))

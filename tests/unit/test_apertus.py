@@ -7,10 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from hooked import HookedTransformer
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 from hooked.loading import supported_architectures
 from tests.helpers import NO_PROCESSING, hf_block_outputs
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,9 +24,17 @@ def hf():
     from transformers import ApertusConfig, ApertusForCausalLM
 
     torch.manual_seed(0)
-    config = ApertusConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, vocab_size=100, max_position_embeddings=128,
-                           attn_implementation="eager", dtype=torch.float32)
+    config = ApertusConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=128,
+        attn_implementation="eager",
+        dtype=torch.float32,
+    )
     model = ApertusForCausalLM(config).eval()
     for name, p in model.named_parameters():  # random norm gains and xIELU parameters, so parity covers them
         if "norm" in name or "act_fn" in name:
@@ -60,8 +67,9 @@ def test_logits_and_every_resid_post_match_hf(hf, model, tokens):
 
 def test_processed_log_probs_match_unprocessed(hf, model, tokens):
     processed = HookedTransformer.from_pretrained("apertus", hf_model=hf)
-    torch.testing.assert_close(F.log_softmax(processed(tokens), -1), F.log_softmax(model(tokens), -1),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        F.log_softmax(processed(tokens), -1), F.log_softmax(model(tokens), -1), rtol=0, atol=1e-5
+    )
 
 
 def test_kv_cached_equals_full_forward(model, tokens):

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
+from hooked import HookedTransformerConfig
 from hooked.components.attention import Attention
 from hooked.components.rotary import apply_rotary, rotary_cos_sin
-from hooked import HookedTransformerConfig
-from hooked.hook_points import HookedRootModule
+from hooked.core.hook_points import HookedRootModule
 
 BASE = dict(d_model=32, d_head=8, n_heads=4, n_layers=1, n_ctx=16, act_fn="relu", attn_implementation="eager")
 

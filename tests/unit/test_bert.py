@@ -7,12 +7,21 @@ import torch
 import torch.nn.functional as F
 
 from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, mask_from_additive
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 
 def config(**overrides) -> HookedTransformerConfig:
-    fields = dict(d_model=16, d_head=4, n_heads=4, n_layers=1, n_ctx=12, d_vocab=30, d_mlp=32, act_fn="gelu",
-                  attention_dir="bidirectional")
+    fields = dict(
+        d_model=16,
+        d_head=4,
+        n_heads=4,
+        n_layers=1,
+        n_ctx=12,
+        d_vocab=30,
+        d_mlp=32,
+        act_fn="gelu",
+        attention_dir="bidirectional",
+    )
     fields.update(overrides)
     return HookedTransformerConfig(**fields)
 
@@ -33,8 +42,13 @@ def test_embed_is_the_layer_norm_of_three_summed_embeddings():
     total = embed.embed.W_E[tokens] + embed.pos_embed.W_pos[:4] + embed.token_type_embed.W_token_type[types]
     expected = F.layer_norm(total, (16,), embed.ln.w, embed.ln.b, eps=cfg.eps)
     torch.testing.assert_close(embed(tokens, types), expected, atol=1e-6, rtol=0)
-    no_types = F.layer_norm(total - embed.token_type_embed.W_token_type[types] + embed.token_type_embed.W_token_type[0],
-                            (16,), embed.ln.w, embed.ln.b, eps=cfg.eps)
+    no_types = F.layer_norm(
+        total - embed.token_type_embed.W_token_type[types] + embed.token_type_embed.W_token_type[0],
+        (16,),
+        embed.ln.w,
+        embed.ln.b,
+        eps=cfg.eps,
+    )
     torch.testing.assert_close(embed(tokens), no_types, atol=1e-6, rtol=0)  # token types default to 0
 
 
@@ -74,7 +88,7 @@ def test_bidirectional_block_lets_early_positions_see_later_ones():
 
 
 def test_block_hooks_have_transformer_lens_names_and_shapes():
-    from hooked.hook_points import HookedRootModule
+    from hooked.core.hook_points import HookedRootModule
 
     class Root(HookedRootModule):
         def __init__(self):
@@ -89,8 +103,15 @@ def test_block_hooks_have_transformer_lens_names_and_shapes():
     root = Root()
     _, cache = root.run_with_cache(torch.randn(2, 5, 16))
     shapes = {name: tuple(t.shape) for name, t in cache.items()}
-    for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_in", "hook_mlp_out", "hook_resid_post",
-                 "hook_normalized_resid_post"):
+    for name in (
+        "hook_resid_pre",
+        "hook_attn_out",
+        "hook_resid_mid",
+        "hook_mlp_in",
+        "hook_mlp_out",
+        "hook_resid_post",
+        "hook_normalized_resid_post",
+    ):
         assert shapes[f"block.{name}"] == (2, 5, 16), name
     for name in ("hook_q_input", "hook_k_input", "hook_v_input"):
         assert shapes[f"block.{name}"] == (2, 5, 4, 16), name

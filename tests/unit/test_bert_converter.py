@@ -11,8 +11,14 @@ from hooked.loading.bert import HEAD_PREFIXES, convert_bert_config, convert_bert
 def hf_config(**overrides):
     from transformers import BertConfig
 
-    fields = dict(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
-                  max_position_embeddings=10)
+    fields = dict(
+        vocab_size=20,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=10,
+    )
     fields.update(overrides)
     return BertConfig(**fields)
 
@@ -20,7 +26,7 @@ def hf_config(**overrides):
 def state_of(cls_name: str, **overrides) -> tuple[dict, object]:
     import transformers
 
-    from hooked.config import HookedTransformerConfig
+    from hooked.core.config import HookedTransformerConfig
 
     hf = getattr(transformers, cls_name)(hf_config(**overrides))
     return hf.state_dict(), HookedTransformerConfig.from_dict(convert_bert_config(hf.config))
@@ -42,8 +48,12 @@ def test_relative_positions_and_decoders_are_refused():
 
 @pytest.mark.parametrize(
     "cls_name, heads",
-    [("BertForPreTraining", {"mlm", "pooler", "nsp"}), ("BertForMaskedLM", {"mlm"}),
-     ("BertForNextSentencePrediction", {"pooler", "nsp"}), ("BertModel", {"pooler"})],
+    [
+        ("BertForPreTraining", {"mlm", "pooler", "nsp"}),
+        ("BertForMaskedLM", {"mlm"}),
+        ("BertForNextSentencePrediction", {"pooler", "nsp"}),
+        ("BertModel", {"pooler"}),
+    ],
 )
 def test_each_class_converts_the_heads_it_has(cls_name, heads):
     state, cfg = state_of(cls_name)
@@ -75,7 +85,7 @@ def test_encoder_classes_are_not_decoder_architectures():
 
 
 def test_unknown_from_pretrained_arguments_are_refused():
-    from hooked.hooked_encoder import HookedEncoder
+    from hooked.models.hooked_encoder import HookedEncoder
 
     with pytest.raises(TypeError, match="fold_lnn"):
         HookedEncoder.from_pretrained("any", fold_lnn=True)
@@ -84,22 +94,24 @@ def test_unknown_from_pretrained_arguments_are_refused():
 def test_distilbert_converts_with_zero_token_types():
     from transformers import DistilBertConfig, DistilBertForMaskedLM
 
-    from hooked.config import HookedTransformerConfig
+    from hooked.core.config import HookedTransformerConfig
     from hooked.loading.distilbert import convert_distilbert_config, convert_distilbert_weights
 
-    hf = DistilBertForMaskedLM(DistilBertConfig(vocab_size=20, dim=8, n_layers=1, n_heads=2, hidden_dim=16,
-                                                max_position_embeddings=10))
+    hf = DistilBertForMaskedLM(
+        DistilBertConfig(vocab_size=20, dim=8, n_layers=1, n_heads=2, hidden_dim=16, max_position_embeddings=10)
+    )
     fields = convert_distilbert_config(hf.config)
     assert fields["eps"] == 1e-12 and fields["attention_dir"] == "bidirectional"
     sd = convert_distilbert_weights(hf.state_dict(), HookedTransformerConfig.from_dict(fields))
     assert not sd["embed.token_type_embed.W_token_type"].any()
     assert present_heads(sd) == {"mlm"}
-    torch.testing.assert_close(sd["blocks.0.ln1.w"], hf.distilbert.transformer.layer[0].sa_layer_norm.weight,
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        sd["blocks.0.ln1.w"], hf.distilbert.transformer.layer[0].sa_layer_norm.weight, atol=0, rtol=0
+    )
 
 
 def test_transformer_lens_names_resolve_to_hub_ids(tmp_path, monkeypatch):
-    from hooked.hooked_encoder import HookedEncoder
+    from hooked.models.hooked_encoder import HookedEncoder
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="google-bert/bert-base-cased"):

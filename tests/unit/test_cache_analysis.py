@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.utils import Slice, gather_pos, token_index
+from hooked.core.utils import Slice, gather_pos, token_index
 
 torch.set_num_threads(1)
 
@@ -55,7 +55,9 @@ def setup_with_mlp(request):
     return (model, *run(model))
 
 
-@pytest.fixture(scope="module", params=[k for k, v in VARIANTS.items() if v.get("normalization_type", "LN") is not None])
+@pytest.fixture(
+    scope="module", params=[k for k, v in VARIANTS.items() if v.get("normalization_type", "LN") is not None]
+)
 def setup_with_norm(request):
     model = make_model(**VARIANTS[request.param])
     return (model, *run(model))

@@ -32,7 +32,7 @@ MODELS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _run(name: str, processed: bool):
     from hooked import HookedTransformer
 
@@ -62,7 +62,7 @@ def _close(actual, expected, what):
 
 
 def test_the_models_have_post_sublayer_norms_and_no_output_biases(run):
-    from hooked.cache_analysis import has_post_sublayer_norms
+    from hooked.analysis.cache_analysis import has_post_sublayer_norms
 
     model, *_ = run
     assert has_post_sublayer_norms(model.cfg)
@@ -135,10 +135,12 @@ def test_logit_attrs_of_the_full_decomposition_give_the_logit_difference(process
 
 def test_missing_post_norm_scale_names_the_hook():
     from hooked import HookedTransformer
-    from hooked.errors import MissingHooksError
+    from hooked.core.errors import MissingHooksError
 
     model = HookedTransformer.from_pretrained("processed", hf_model=_olmo2())
     tokens = torch.randint(3, 90, (1, 6), generator=torch.Generator().manual_seed(0))
-    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith(("hook_z", "hook_embed", "hook_resid_post")))
+    _, cache = model.run_with_cache(
+        tokens, names_filter=lambda n: n.endswith(("hook_z", "hook_embed", "hook_resid_post"))
+    )
     with pytest.raises(MissingHooksError, match=r"blocks\.0\.ln1\.hook_scale"):
         cache.stack_head_results(layer=1)

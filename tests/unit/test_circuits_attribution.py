@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from hooked import patching
+from hooked.analysis import patching
 from hooked.circuits import attribution_patch
-from tests.unit.circuits_models import logit_diff, make_model, right_padding_mask, token_pair, last_token_metric
+from tests.unit.circuits_models import last_token_metric, logit_diff, make_model, right_padding_mask, token_pair
 
 torch.set_num_threads(1)
 

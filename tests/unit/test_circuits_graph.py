@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.circuits import Graph, edge_patching
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from tests.unit.circuits_models import make_model, token_pair
 
 torch.set_num_threads(1)
@@ -138,7 +138,7 @@ def test_circuit_only_file_reloads_the_circuit_and_warns_about_missing_scores(ca
 
 
 def test_loading_against_another_model_shape_is_refused(tmp_path):
-    from hooked.errors import GraphMismatchError
+    from hooked.core.errors import GraphMismatchError
 
     _, graph = scored_circuit("gpt2")
     path = graph.save(tmp_path / "g.json")

@@ -7,7 +7,7 @@ import torch
 
 from hooked.circuits import Graph, edge_attribution_patching, faithfulness, smallest_circuit
 from hooked.circuits.search import _Search
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from tests.unit.circuits_models import logit_diff, make_model, token_pair
 
 torch.set_num_threads(1)
@@ -59,7 +59,9 @@ def test_bisection_boundary_and_reported_evaluations():
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", verbose=False)
     found = smallest_circuit(model, graph, clean, corrupted, logit_diff, 0.8, scan=0, verbose=False)
     assert found.faithfulness >= 0.8
-    assert found.faithfulness == pytest.approx(faithfulness(model, found.circuit, clean, corrupted, logit_diff), abs=1e-6)
+    assert found.faithfulness == pytest.approx(
+        faithfulness(model, found.circuit, clean, corrupted, logit_diff), abs=1e-6
+    )
     below = graph.copy().top_k(found.k - 1)
     assert below.n_edges < found.n_edges
     assert faithfulness(model, below, clean, corrupted, logit_diff) < 0.8  # a boundary: one circuit smaller fails

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.config import ConfigError
+from hooked.core.config import ConfigError
 from tests.classic_models import FAMILIES, VOCAB, tiny_classic
 from tests.helpers import hooked_from
 
@@ -79,7 +79,7 @@ def test_decompositions_and_logit_lens(family):
 
 
 def test_generate_with_hooks_at_steps(family):
-    from hooked.utils import at_steps
+    from hooked.core.utils import at_steps
 
     _, _, model = family
     prompt = tokens(1, 5, seed=3)
@@ -99,7 +99,7 @@ def test_generate_with_hooks_at_steps(family):
 
 
 def test_activation_patching_clean_into_clean_is_identity(family):
-    from hooked import patching
+    from hooked.analysis import patching
 
     _, _, model = family
     t = tokens(1, 6, seed=4)

@@ -35,12 +35,12 @@ def test_every_module_path_imports_and_is_reachable_by_attribute(path):
 
 
 def test_names_course_code_and_sae_lens_import():
-    from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer as TLHookedTransformer  # noqa: F401
+    import transformer_lens.components as c
+    from transformer_lens import ActivationCache, FactoredMatrix  # noqa: F401
+    from transformer_lens import HookedTransformer as TLHookedTransformer
     from transformer_lens.components.mlps.can_be_used_as_mlp import CanBeUsedAsMLP
     from transformer_lens.HookedTransformer import Loss, LossPerToken, Output, SingleLoss  # noqa: F401
     from transformer_lens.loading_from_pretrained import OFFICIAL_MODEL_NAMES  # noqa: F401
-
-    import transformer_lens.components as c
 
     assert TLHookedTransformer is HookedTransformer and c.MLP.__name__ == "MLP"
     assert tl_utils.USE_DEFAULT_VALUE is None
@@ -119,8 +119,9 @@ def test_tokenize_and_concatenate(bos_tokenizer):
 
     from tests.helpers import CORPUS
 
-    data = tl_utils.tokenize_and_concatenate(Dataset.from_dict({"text": CORPUS, "id": list(range(5))}), tokenizer,
-                                             max_length=8, streaming=True)
+    data = tl_utils.tokenize_and_concatenate(
+        Dataset.from_dict({"text": CORPUS, "id": list(range(5))}), tokenizer, max_length=8, streaming=True
+    )
     tokens = data[:]["tokens"]
     assert tokens.shape[1] == 8 and (tokens[:, 0] == tokenizer.bos_token_id).all()
     stream = tokenizer(tokenizer.eos_token.join(CORPUS), add_special_tokens=False)["input_ids"]
@@ -186,7 +187,6 @@ def test_unalias_removes_the_tree_and_alias_restores_it():
     finally:
         assert sorted(alias_transformer_lens(strict=True)) == sorted(TL_MODULES)
     assert importlib.import_module("transformer_lens.utils") is tl_utils
-
 
 
 def test_mmlu_subjects_are_checked_before_loading():

@@ -20,8 +20,8 @@ def test_encoder_names_resolve_to_hooked():
     from transformer_lens.components import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, TokenTypeEmbed
 
     import hooked.components.bert
-    from hooked.hooked_encoder import HookedEncoder as Native
-    from hooked.next_sentence_prediction import BertNextSentencePrediction as NativeNSP
+    from hooked.models.hooked_encoder import HookedEncoder as Native
+    from hooked.models.next_sentence_prediction import BertNextSentencePrediction as NativeNSP
 
     assert HookedEncoder is Native and BertNextSentencePrediction is NativeNSP
     assert transformer_lens.HookedEncoder is Native  # the class, not its module
@@ -33,16 +33,24 @@ def tiny_pretraining():
     from transformers import BertConfig, BertForPreTraining
 
     torch.manual_seed(0)
-    return BertForPreTraining(BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                         intermediate_size=16, max_position_embeddings=10)).eval()
+    return BertForPreTraining(
+        BertConfig(
+            vocab_size=20,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=10,
+        )
+    ).eval()
 
 
 @pytest.mark.parametrize("as_object", [False, True])
 def test_convert_bert_weights_takes_the_hf_model(as_object):
     from transformer_lens.pretrained.weight_conversions.bert import convert_bert_weights
 
+    from hooked.core.config import HookedTransformerConfig
     from hooked.loading.bert import convert_bert_config
-    from hooked.config import HookedTransformerConfig
 
     hf = tiny_pretraining()
     cfg = HookedTransformerConfig.from_dict(convert_bert_config(hf.config))
@@ -55,8 +63,13 @@ def test_convert_bert_weights_takes_the_hf_model(as_object):
 
 def test_lit_helpers():
     from transformer_lens.lit.constants import DEFAULTS, HOOK_POINTS, INPUT_FIELDS
-    from transformer_lens.lit.utils import (batch_examples, clean_token_strings, get_model_info, tensor_to_numpy,
-                                            unbatch_outputs)
+    from transformer_lens.lit.utils import (
+        batch_examples,
+        clean_token_strings,
+        get_model_info,
+        tensor_to_numpy,
+        unbatch_outputs,
+    )
 
     assert INPUT_FIELDS.TEXT == "text" and DEFAULTS.TOP_K == 10
     assert HOOK_POINTS.RESID_PRE_TEMPLATE.format(layer=3) == "blocks.3.hook_resid_pre"
@@ -75,7 +88,10 @@ def test_lit_wrappers_say_what_is_missing():
 
     assert lit.HookedTransformerLITConfig().batch_size == 8
     expected = ImportError if not lit.check_lit_installed() else NotImplementedError
-    for make in (lambda: lit.HookedTransformerLIT(object()), lambda: lit.SimpleTextDataset.from_strings(["a"]),
-                 lambda: lit.serve({}, {})):
+    for make in (
+        lambda: lit.HookedTransformerLIT(object()),
+        lambda: lit.SimpleTextDataset.from_strings(["a"]),
+        lambda: lit.serve({}, {}),
+    ):
         with pytest.raises(expected, match="(?i)lit"):
             make()

@@ -6,13 +6,25 @@ import torch
 
 from hooked.compat.components import GPT_OSS_ALPHA, GPT_OSS_LIMIT, GptOssExpert, GptOssMoE
 from hooked.compat.factories import MLPFactory
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 
 def cfg(**kw) -> HookedTransformerConfig:
-    return HookedTransformerConfig(n_layers=1, d_model=16, d_head=4, n_heads=4, d_mlp=8, n_ctx=8, d_vocab=10,
-                                   act_fn="silu", gated_mlp=True, num_experts=4, experts_per_token=2,
-                                   original_architecture="GptOssForCausalLM", **kw)
+    return HookedTransformerConfig(
+        n_layers=1,
+        d_model=16,
+        d_head=4,
+        n_heads=4,
+        d_mlp=8,
+        n_ctx=8,
+        d_vocab=10,
+        act_fn="silu",
+        gated_mlp=True,
+        num_experts=4,
+        experts_per_token=2,
+        original_architecture="GptOssForCausalLM",
+        **kw,
+    )
 
 
 def test_expert_is_the_clamped_swiglu():

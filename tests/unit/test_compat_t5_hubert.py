@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hooked.compat import alias_transformer_lens, unalias_transformer_lens
-from hooked.hooked_audio_encoder import HookedAudioEncoder
-from hooked.hooked_encoder_decoder import HookedEncoderDecoder
+from hooked.models.hooked_audio_encoder import HookedAudioEncoder
+from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 from tests.acceptance.test_hubert_parity import tiny_hubert
 from tests.acceptance.test_t5_parity import tiny_t5
 

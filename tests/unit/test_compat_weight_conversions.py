@@ -46,7 +46,7 @@ def test_attribute_tree_converts_like_the_state_dict(family):
         prefix, overrides = MOE_CONFIGS["gpt_oss_sinks_clamped_swiglu"]
         hf = tiny_hf(prefix, **overrides)
         convert = convert_gpt_oss_weights
-    from hooked.config import HookedTransformerConfig
+    from hooked.core.config import HookedTransformerConfig
 
     cfg = HookedTransformerConfig(**get_architecture(type(hf).__name__).config(hf.config))
     from_module = convert(hf, cfg)
@@ -59,10 +59,12 @@ def test_attribute_tree_converts_like_the_state_dict(family):
 def test_gpt_oss_config_without_sinks_reads_no_sinks():
     prefix, overrides = MOE_CONFIGS["gpt_oss_sinks_clamped_swiglu"]
     hf = tiny_hf(prefix, **overrides)
-    from hooked.config import HookedTransformerConfig
+    from hooked.core.config import HookedTransformerConfig
 
     fields = get_architecture("GptOssForCausalLM").config(hf.config)
     with_sinks = convert_gpt_oss_weights(hf, HookedTransformerConfig(**fields))
     without = convert_gpt_oss_weights(hf, HookedTransformerConfig(**dict(fields, attn_sinks=False)))
     assert "blocks.0.attn.sinks" in with_sinks
-    assert set(with_sinks) - set(without) == {f"blocks.{layer}.attn.sinks" for layer in range(hf.config.num_hidden_layers)}
+    assert set(with_sinks) - set(without) == {
+        f"blocks.{layer}.attn.sinks" for layer in range(hf.config.num_hidden_layers)
+    }

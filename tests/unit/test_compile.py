@@ -172,7 +172,7 @@ def test_repeated_hooked_calls_reuse_the_compiled_graph():
 
 
 def test_a_stale_handle_never_removes_a_later_hook():
-    from hooked.hook_points import HookPoint
+    from hooked.core.hook_points import HookPoint
 
     hp = HookPoint()
     first = hp.add_hook(lambda x, hook: x + 1)

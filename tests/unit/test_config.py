@@ -3,7 +3,7 @@
 import pytest
 
 from hooked import HookedTransformerConfig
-from hooked.errors import ConfigError
+from hooked.core.errors import ConfigError
 
 BASE = dict(d_model=16, d_head=4, n_layers=1, n_ctx=8, d_vocab=20, act_fn="relu")
 

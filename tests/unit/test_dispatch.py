@@ -1,4 +1,4 @@
-"""hooked.scale.dispatch: device maps from from_pretrained's arguments, and dispatching a model built in memory."""
+"""hooked.placement.dispatch: device maps from from_pretrained's arguments, and dispatching a model built in memory."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.scale.dispatch import dispatch, model_parts, part_sizes, read_weight, resolve_device_map
+from hooked.placement.dispatch import dispatch, model_parts, part_sizes, read_weight, resolve_device_map
 
 BASE = dict(d_model=32, d_head=8, n_layers=4, n_ctx=32, d_vocab=60, act_fn="gelu_new", seed=0, device="cpu")
 

@@ -1,11 +1,11 @@
-"""`hooked.dtypes`: a parameter is cast with `.to(dtype)` unless its module has its own rule (Gemma's gains)."""
+"""`hooked.core.dtypes`: a parameter is cast with `.to(dtype)` unless its module has its own rule (Gemma's gains)."""
 
 import pytest
 import torch
 
-from hooked.components.norms import RMSNorm, make_norm
 from hooked import HookedTransformerConfig
-from hooked.dtypes import cast_parameter, parameter_dtype
+from hooked.components.norms import RMSNorm, make_norm
+from hooked.core.dtypes import cast_parameter, parameter_dtype
 
 
 def _cfg(**kw):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hooked.factored_matrix import FactoredMatrix
+from hooked.core.factored_matrix import FactoredMatrix
 
 torch.set_num_threads(1)
 TOL = dict(rtol=1e-10, atol=1e-10)
@@ -101,7 +101,9 @@ def test_rmatmul_vector():
     torch.testing.assert_close(out, v @ f.AB, **TOL)
 
 
-@pytest.mark.parametrize("s", [2.5, 3, torch.tensor(-1.5, dtype=torch.float64), torch.tensor([0.5], dtype=torch.float64)])
+@pytest.mark.parametrize(
+    "s", [2.5, 3, torch.tensor(-1.5, dtype=torch.float64), torch.tensor([0.5], dtype=torch.float64)]
+)
 def test_scalar_mul(s):
     f = fm()
     expected = f.AB * s

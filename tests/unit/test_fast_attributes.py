@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.fast_attributes import RegisteredAttribute, install_fast_attributes
+from hooked.core.fast_attributes import RegisteredAttribute, install_fast_attributes
 
 CFG = dict(d_model=16, d_head=4, n_layers=1, n_ctx=8, d_vocab=20, act_fn="silu", normalization_type="RMS",
            positional_embedding_type="rotary", gated_mlp=True, n_key_value_heads=2, seed=0)  # fmt: skip

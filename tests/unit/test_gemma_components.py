@@ -8,8 +8,8 @@ import logging
 import pytest
 import torch
 
-from hooked.components.norms import RMSNorm, RMSNormGainFirst, make_norm
 from hooked import HookedTransformer, HookedTransformerConfig
+from hooked.components.norms import RMSNorm, RMSNormGainFirst, make_norm
 from tests.acceptance.test_gemma_parity import CONFIGS, decoder_layers, max_abs, tiny_gemma, tokens
 from tests.helpers import NO_PROCESSING, hooked_from
 
@@ -202,12 +202,18 @@ def test_loads_from_a_saved_safetensors_checkpoint(name, tmp_path):
 def test_post_norm_hooks_fire_once_with_their_shapes(gemma3):
     _, model = gemma3
     fired = {}
-    names = [f"blocks.1.{n}.{h}" for n in ("ln1_post", "ln2_post", "attn.q_norm", "attn.k_norm") for h in ("hook_scale", "hook_normalized")]
+    names = [
+        f"blocks.1.{n}.{h}"
+        for n in ("ln1_post", "ln2_post", "attn.q_norm", "attn.k_norm")
+        for h in ("hook_scale", "hook_normalized")
+    ]
     hooks = [(n, lambda t, hook: fired.setdefault(hook.name, []).append(tuple(t.shape))) for n in names]
     with torch.no_grad():
         model.run_with_hooks(tokens(), fwd_hooks=hooks)
     H, Hkv, dh, d = model.cfg.n_heads, model.cfg.n_kv_heads, model.cfg.d_head, model.cfg.d_model
-    assert fired["blocks.1.ln1_post.hook_scale"] == [(2, 12, 1)] and fired["blocks.1.ln2_post.hook_normalized"] == [(2, 12, d)]
+    assert fired["blocks.1.ln1_post.hook_scale"] == [(2, 12, 1)] and fired["blocks.1.ln2_post.hook_normalized"] == [
+        (2, 12, d)
+    ]
     assert fired["blocks.1.attn.q_norm.hook_normalized"] == [(2, 12, H, dh)]
     assert fired["blocks.1.attn.k_norm.hook_scale"] == [(2, 12, Hkv, 1)]
 

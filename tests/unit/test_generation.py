@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.generation import (
+from hooked.core.utils import MissingStepsError, at_steps
+from hooked.generation.loop import (
     GenerationOutput,
     apply_freq_penalty,
     apply_repetition_penalty,
@@ -14,7 +15,6 @@ from hooked.generation import (
     top_k_filter,
     top_p_filter,
 )
-from hooked.utils import MissingStepsError, at_steps
 from tests.helpers import NO_PROCESSING, hooked_from, make_tokenizer, tiny_gpt2
 
 PROMPTS = ["The quick brown fox jumps over", "Hooks", "The capital of France is"]
@@ -423,7 +423,7 @@ def test_generate_stream_yields_chunks_equal_to_generate(gpt2_pair):
 def test_fixed_position_hook_fails_at_the_first_decode_step_naming_hook_step_and_fix(llama_like):
     from functools import partial
 
-    from hooked.errors import GenerationHookError
+    from hooked.core.errors import GenerationHookError
 
     model = llama_like
     tokens = model.to_tokens("The quick brown fox jumps over")

@@ -27,9 +27,19 @@ def test_two_gloo_ranks_equal_one_process(model, model_dir, corpus_dir, tmp_path
     single = harvest(model, corpus_dir, out=tmp_path / "one", progress=False, **ARGS)
     out, port = tmp_path / "two", free_port()
     procs = [
-        subprocess.Popen(worker_cmd(model_dir, corpus_dir, out, **ARGS), stderr=subprocess.PIPE, text=True,
-                         env=worker_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1",
-                                        MASTER_PORT=port, HOOKED_HARVEST_TIMEOUT_S=120))
+        subprocess.Popen(
+            worker_cmd(model_dir, corpus_dir, out, **ARGS),
+            stderr=subprocess.PIPE,
+            text=True,
+            env=worker_env(
+                RANK=r,
+                LOCAL_RANK=r,
+                WORLD_SIZE=2,
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                HOOKED_HARVEST_TIMEOUT_S=120,
+            ),
+        )
         for r in range(2)
     ]
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.harvest import ActivationReader, harvest
 from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
@@ -13,8 +13,17 @@ from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixt
 @pytest.fixture(scope="module", name="out")
 def out_fixture(model, corpus_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("acts")
-    harvest(model, corpus_dir, HOOKS, out, context_length=8, batch_size=4, batches_per_shard=1, max_tokens=480,
-            progress=False)
+    harvest(
+        model,
+        corpus_dir,
+        HOOKS,
+        out,
+        context_length=8,
+        batch_size=4,
+        batches_per_shard=1,
+        max_tokens=480,
+        progress=False,
+    )
     return out
 
 

@@ -52,8 +52,12 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_harvest(mo
     out = tmp_path / "killed"
     listed = []
     for shards, delay in [(rng.randrange(1, n // 3), 0.0), (n // 3 + 1, rng.uniform(0.0, 0.3))]:
-        proc = subprocess.Popen(worker_cmd(model_dir, corpus_dir, out, **ARGS), env=worker_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            worker_cmd(model_dir, corpus_dir, out, **ARGS),
+            env=worker_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         listed.append(_kill_when(proc, out, shards, delay))
         reader = ActivationReader(out)  # what the manifest lists is complete and readable after each kill
         assert len(reader) == sum(s["rows"] for s in full["shards"][: len(reader.shards)])

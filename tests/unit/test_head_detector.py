@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.head_detector import (
+from hooked.analysis.head_detector import (
     detect_head,
     get_duplicate_token_head_detection_pattern,
     get_induction_head_detection_pattern,
@@ -96,11 +96,13 @@ def test_repeated_random_tokens_batch_averages_the_rows(model):
     rows = torch.stack([detect_head(model, row, "induction_head") for row in rep_tokens])
     torch.testing.assert_close(scores, rows.mean(0), atol=1e-6, rtol=0)
     _, cache = model.run_with_cache(rep_tokens[:1])
-    torch.testing.assert_close(detect_head(model, rep_tokens[:1], "induction_head", cache=cache), rows[0], atol=0, rtol=0)
+    torch.testing.assert_close(
+        detect_head(model, rep_tokens[:1], "induction_head", cache=cache), rows[0], atol=0, rtol=0
+    )
 
 
 def test_a_cache_of_another_input_is_refused(model):
-    from hooked.errors import InputError
+    from hooked.core.errors import InputError
 
     tokens = model.to_tokens(PROMPT)
     _, other = model.run_with_cache(model.to_tokens("Hooks let you read"))

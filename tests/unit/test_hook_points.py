@@ -94,9 +94,8 @@ def test_exception_inside_a_hook_leaves_no_hook_attached(model, toks):
 
     with pytest.raises(RuntimeError, match="boom"):
         model.run_with_hooks(toks, fwd_hooks=[("blocks.1.hook_resid_mid", boom)])
-    with pytest.raises(RuntimeError):
-        with model.hooks([("blocks.0.attn.hook_q", lambda x, hook: None)]):
-            raise RuntimeError("outside the forward")
+    with pytest.raises(RuntimeError), model.hooks([("blocks.0.attn.hook_q", lambda x, hook: None)]):
+        raise RuntimeError("outside the forward")
     assert model.list_hooks() == {}
     assert model.context_level == 0
 
@@ -147,7 +146,9 @@ def test_prepend_permanent_levels_and_ctx(model, toks):
 def test_backward_hooks_and_incl_bwd_equal_autograd(model, toks):
     grads = {}
     model.add_hook("blocks.0.hook_resid_mid", lambda g, hook: grads.__setitem__("mid", g.clone()), dir="bwd")
-    loss, cache = model.run_with_cache(toks, return_type="loss", incl_bwd=True, names_filter=["blocks.0.hook_resid_mid"])
+    loss, cache = model.run_with_cache(
+        toks, return_type="loss", incl_bwd=True, names_filter=["blocks.0.hook_resid_mid"]
+    )
     model.reset_hooks()
     # reference: plain autograd on the same activation
     saved = {}
@@ -221,9 +222,11 @@ def test_unknown_hook_suggestions_list_the_right_layer_first_and_few():
 
 
 def test_attn_in_on_grouped_query_attention_points_to_split_qkv_input():
-    from hooked.errors import InputError
+    from hooked.core.errors import InputError
 
-    gqa = HookedTransformer(HookedTransformerConfig(**dict(CFG, n_key_value_heads=2, positional_embedding_type="rotary")))
+    gqa = HookedTransformer(
+        HookedTransformerConfig(**dict(CFG, n_key_value_heads=2, positional_embedding_type="rotary"))
+    )
     toks = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(0))
     with pytest.raises(HookNotEnabledError, match=r"set_use_split_qkv_input\(True\)"):
         gqa.run_with_cache(toks, names_filter="blocks.0.hook_attn_in")
@@ -236,7 +239,7 @@ def test_attn_in_on_grouped_query_attention_points_to_split_qkv_input():
 
 
 def test_incl_bwd_with_autograd_off_says_how_to_enable_it(model, toks):
-    from hooked.errors import InputError
+    from hooked.core.errors import InputError
 
     previous = torch.is_grad_enabled()
     torch.set_grad_enabled(False)  # as ARENA notebooks start

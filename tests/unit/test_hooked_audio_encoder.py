@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hooked.hooked_audio_encoder import HookedAudioEncoder, normalize_waveforms
+from hooked.models.hooked_audio_encoder import HookedAudioEncoder, normalize_waveforms
 from tests.acceptance.test_hubert_parity import tiny_hubert
 from tests.unit.test_hubert import hubert_cfg
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.config import HookedTransformerConfig
-from hooked.errors import InputError
-from hooked.hooked_encoder import HookedEncoder
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.errors import InputError
+from hooked.models.hooked_encoder import HookedEncoder
 
 
 def make_wordpiece_tokenizer(inputs=("input_ids", "token_type_ids", "attention_mask")):
@@ -21,14 +21,29 @@ def make_wordpiece_tokenizer(inputs=("input_ids", "token_type_ids", "attention_m
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]",
-                                   model_input_names=list(inputs))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_input_names=list(inputs),
+    )
 
 
 def config(**overrides) -> HookedTransformerConfig:
-    fields = dict(d_model=16, d_head=4, n_layers=2, n_ctx=16, d_vocab=13, act_fn="gelu", attention_dir="bidirectional",
-                  seed=0, device="cpu")
+    fields = dict(
+        d_model=16,
+        d_head=4,
+        n_layers=2,
+        n_ctx=16,
+        d_vocab=13,
+        act_fn="gelu",
+        attention_dir="bidirectional",
+        seed=0,
+        device="cpu",
+    )
     fields.update(overrides)
     return HookedTransformerConfig(**fields)
 
@@ -95,10 +110,19 @@ def test_encoder_output_is_the_last_block_output(model):
     _, cache = model.run_with_cache(tokens)
     with torch.no_grad():
         resid = model.encoder_output(tokens)
-    torch.testing.assert_close(resid, cache["blocks.1.hook_normalized_resid_post"], atol=1e-5, rtol=0)  # SDPA vs explicit
-    for name in ("embed.hook_embed", "embed.hook_pos_embed", "embed.hook_token_type_embed", "hook_full_embed",
-                 "blocks.0.attn.hook_q", "blocks.1.attn.hook_attn_scores", "blocks.1.hook_resid_post",
-                 "mlm_head.ln.hook_normalized"):
+    torch.testing.assert_close(
+        resid, cache["blocks.1.hook_normalized_resid_post"], atol=1e-5, rtol=0
+    )  # SDPA vs explicit
+    for name in (
+        "embed.hook_embed",
+        "embed.hook_pos_embed",
+        "embed.hook_token_type_embed",
+        "hook_full_embed",
+        "blocks.0.attn.hook_q",
+        "blocks.1.attn.hook_attn_scores",
+        "blocks.1.hook_resid_post",
+        "mlm_head.ln.hook_normalized",
+    ):
         assert name in cache, name
 
 
@@ -125,7 +149,7 @@ def test_bad_mask_is_refused(model):
 
 
 def test_bad_ids_are_refused(model):
-    from hooked.errors import TokenError
+    from hooked.core.errors import TokenError
 
     with pytest.raises(TokenError, match="outside the vocabulary"):
         model(torch.tensor([[2, 13, 3]]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.hooked_encoder_decoder import HookedEncoderDecoder
-from hooked.past_key_value_caching import HookedTransformerKeyValueCacheEntry
+from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
+from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 from tests.acceptance.test_t5_parity import inputs, tiny_t5
 from tests.helpers import CORPUS
 from tests.unit.test_t5 import t5_cfg
@@ -113,7 +113,7 @@ def test_unequal_encoder_and_decoder_depths_are_refused():
 
 def test_hooked_transformer_refuses_t5_position_scheme():
     from hooked import HookedTransformer
-    from hooked.errors import ConfigError
+    from hooked.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="HookedEncoderDecoder"):
         HookedTransformer(t5_cfg())

@@ -45,7 +45,9 @@ def test_embeddings_input_and_layer_ranges():
     torch.testing.assert_close(model(t, stop_at_layer=0), cache["resid_pre", 0], atol=0, rtol=0)
     torch.testing.assert_close(model(t, stop_at_layer=-1), cache["resid_pre", 2], atol=0, rtol=0)
     torch.testing.assert_close(model(resid, start_at_layer=2), logits, atol=1e-6, rtol=0)
-    torch.testing.assert_close(model(cache["resid_pre", 1], start_at_layer=1, stop_at_layer=2), resid, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        model(cache["resid_pre", 1], start_at_layer=1, stop_at_layer=2), resid, atol=1e-6, rtol=0
+    )
     loss = model(resid, start_at_layer=2, tokens=t, return_type="loss")
     torch.testing.assert_close(loss, model(t, return_type="loss"), atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="tokens"):
@@ -54,8 +56,15 @@ def test_embeddings_input_and_layer_ranges():
 
 @pytest.mark.parametrize(
     "variant",
-    [dict(), dict(parallel_attn_mlp=True), dict(attn_only=True, act_fn=None), dict(normalization_type="RMS"),
-     dict(normalization_type=None), dict(gated_mlp=True, act_fn="silu"), dict(act_fn="solu_ln")],
+    [
+        dict(),
+        dict(parallel_attn_mlp=True),
+        dict(attn_only=True, act_fn=None),
+        dict(normalization_type="RMS"),
+        dict(normalization_type=None),
+        dict(gated_mlp=True, act_fn="silu"),
+        dict(act_fn="solu_ln"),
+    ],
 )
 def test_block_variants_fire_every_hook_exactly_once(variant):
     model, t = make(**variant), toks()
@@ -73,7 +82,9 @@ def test_block_variants_fire_every_hook_exactly_once(variant):
 def test_parallel_block_adds_both_sublayers_to_resid_pre():
     model, t = make(parallel_attn_mlp=True), toks()
     _, c = model.run_with_cache(t)
-    torch.testing.assert_close(c["resid_post", 0], c["resid_pre", 0] + c["attn_out", 0] + c["mlp_out", 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        c["resid_post", 0], c["resid_pre", 0] + c["attn_out", 0] + c["mlp_out", 0], atol=1e-6, rtol=0
+    )
 
 
 def test_optional_hooks_have_documented_shapes_and_keep_outputs():
@@ -94,7 +105,12 @@ def test_optional_hooks_have_documented_shapes_and_keep_outputs():
     model.set_use_attn_in(True)
     logits, c = model.run_with_cache(t)
     torch.testing.assert_close(logits, ref, atol=1e-5, rtol=0)
-    assert c["blocks.1.hook_attn_in"].shape == (2, 6, 4, 32) and c["blocks.1.ln1.hook_normalized"].shape == (2, 6, 4, 32)
+    assert c["blocks.1.hook_attn_in"].shape == (2, 6, 4, 32) and c["blocks.1.ln1.hook_normalized"].shape == (
+        2,
+        6,
+        4,
+        32,
+    )
 
 
 def test_split_qkv_input_hook_edits_only_its_stream():
@@ -118,14 +134,25 @@ def test_hook_shapes_match_spec():
     _, c = model.run_with_cache(t)
     b, p, d, H, dh = 2, 6, 32, 4, 8
     expected = {
-        "hook_embed": (b, p, d), "hook_pos_embed": (b, p, d), "blocks.0.hook_resid_pre": (b, p, d),
-        "blocks.0.ln1.hook_scale": (b, p, 1), "blocks.0.ln1.hook_normalized": (b, p, d),
-        "blocks.0.attn.hook_q": (b, p, H, dh), "blocks.0.attn.hook_k": (b, p, H, dh),
-        "blocks.0.attn.hook_attn_scores": (b, H, p, p), "blocks.0.attn.hook_pattern": (b, H, p, p),
-        "blocks.0.attn.hook_z": (b, p, H, dh), "blocks.0.hook_attn_out": (b, p, d), "blocks.0.hook_resid_mid": (b, p, d),
-        "blocks.0.mlp.hook_pre": (b, p, 4 * d), "blocks.0.mlp.hook_post": (b, p, 4 * d),
-        "blocks.0.hook_mlp_out": (b, p, d), "blocks.0.hook_resid_post": (b, p, d), "ln_final.hook_scale": (b, p, 1),
-        "unembed.hook_in": (b, p, d), "unembed.hook_out": (b, p, 60),
+        "hook_embed": (b, p, d),
+        "hook_pos_embed": (b, p, d),
+        "blocks.0.hook_resid_pre": (b, p, d),
+        "blocks.0.ln1.hook_scale": (b, p, 1),
+        "blocks.0.ln1.hook_normalized": (b, p, d),
+        "blocks.0.attn.hook_q": (b, p, H, dh),
+        "blocks.0.attn.hook_k": (b, p, H, dh),
+        "blocks.0.attn.hook_attn_scores": (b, H, p, p),
+        "blocks.0.attn.hook_pattern": (b, H, p, p),
+        "blocks.0.attn.hook_z": (b, p, H, dh),
+        "blocks.0.hook_attn_out": (b, p, d),
+        "blocks.0.hook_resid_mid": (b, p, d),
+        "blocks.0.mlp.hook_pre": (b, p, 4 * d),
+        "blocks.0.mlp.hook_post": (b, p, 4 * d),
+        "blocks.0.hook_mlp_out": (b, p, d),
+        "blocks.0.hook_resid_post": (b, p, d),
+        "ln_final.hook_scale": (b, p, 1),
+        "unembed.hook_in": (b, p, d),
+        "unembed.hook_out": (b, p, 60),
     }
     for name, shape in expected.items():
         assert tuple(c[name].shape) == shape, name
@@ -156,7 +183,7 @@ def test_config_validation_errors_name_the_field():
     with pytest.raises(AssertionError, match="normalization_type"):
         HookedTransformerConfig(d_model=32, d_head=8, n_layers=1, n_ctx=8, act_fn="relu", normalization_type="BN")
     cfg = HookedTransformerConfig(d_model=32, d_head=8, n_layers=1, n_ctx=8, act_fn="relu")
-    assert (cfg.n_heads, cfg.d_mlp, cfg.attn_scale) == (4, 128, 8 ** 0.5)
+    assert (cfg.n_heads, cfg.d_mlp, cfg.attn_scale) == (4, 128, 8**0.5)
     assert HookedTransformerConfig.from_dict(cfg.to_dict()) == cfg
     legacy = dict(cfg.to_dict(), use_NTK_by_parts_rope=True, NTK_by_parts_factor=32.0)
     assert HookedTransformerConfig.from_dict(legacy).rotary_scaling["factor"] == 32.0

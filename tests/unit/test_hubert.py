@@ -6,13 +6,20 @@ import torch
 
 from hooked.components.forward_state import ForwardState
 from hooked.components.hubert import AudioFrontendConfig, HubertBlock, PositionalConv, frame_mask
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 from tests.acceptance.test_hubert_parity import tiny_hubert
 
 
 def hubert_cfg() -> HookedTransformerConfig:
     return HookedTransformerConfig(
-        d_model=32, d_head=8, n_heads=4, n_layers=1, n_ctx=1 << 20, d_mlp=64, act_fn="gelu", attention_dir="bidirectional"
+        d_model=32,
+        d_head=8,
+        n_heads=4,
+        n_layers=1,
+        n_ctx=1 << 20,
+        d_mlp=64,
+        act_fn="gelu",
+        attention_dir="bidirectional",
     )
 
 
@@ -29,7 +36,9 @@ def test_frame_mask_equals_hf():
 
 def test_positional_conv_keeps_the_number_of_frames():
     for kernel in (7, 8):
-        conv = PositionalConv(hubert_cfg(), AudioFrontendConfig(num_conv_pos_embeddings=kernel, num_conv_pos_embedding_groups=4))
+        conv = PositionalConv(
+            hubert_cfg(), AudioFrontendConfig(num_conv_pos_embeddings=kernel, num_conv_pos_embedding_groups=4)
+        )
         torch.nn.init.normal_(conv.W)
         assert conv(torch.randn(2, 11, 32)).shape == (2, 11, 32)
 

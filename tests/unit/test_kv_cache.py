@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.past_key_value_caching import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
 from tests.helpers import hooked_from, tiny_gpt2
 
 LLAMA_LIKE = dict(

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 from hooked.loading import supported_architectures
 from hooked.loading.common import hf_rope_parameters
 from hooked.loading.llama import (

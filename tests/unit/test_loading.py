@@ -13,9 +13,18 @@ def test_unsupported_architecture_lists_supported():
         get_architecture("XLNetLMHeadModel")
 
 
-@pytest.mark.parametrize("hf_class, model_class", [("BertForMaskedLM", "HookedEncoder"), ("T5ForConditionalGeneration", "HookedEncoderDecoder"), ("HubertModel", "HookedAudioEncoder")])
+@pytest.mark.parametrize(
+    "hf_class, model_class",
+    [
+        ("BertForMaskedLM", "HookedEncoder"),
+        ("T5ForConditionalGeneration", "HookedEncoderDecoder"),
+        ("HubertModel", "HookedAudioEncoder"),
+    ],
+)
 def test_non_decoder_architecture_names_the_class_that_loads_it(hf_class, model_class):
-    with pytest.raises(NotImplementedError, match=rf"not a decoder-only model: load it with hooked\.{model_class}\.from_pretrained"):
+    with pytest.raises(
+        NotImplementedError, match=rf"not a decoder-only model: load it with hooked\.{model_class}\.from_pretrained"
+    ):
         get_architecture(hf_class)
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from tests.unit.test_cache_analysis import VARIANTS, make_model, run
 
 torch.set_num_threads(1)
@@ -27,8 +27,12 @@ def test_a_stack_scaled_by_the_final_norm_is_not_scaled_again(setup):
     torch.testing.assert_close(cache.logit_attrs(normed, CORRECT, WRONG, pos_slice=-1), want, atol=1e-6, rtol=0)
     torch.testing.assert_close(cache.logit_attrs(normed, CORRECT, WRONG), want, atol=1e-6, rtol=0)
     # a view of the scaled stack (one component range, one sequence) still knows it was scaled
-    torch.testing.assert_close(cache.logit_attrs(normed[2:5], CORRECT, WRONG, pos_slice=-1), want[2:5], atol=1e-6, rtol=0)
-    torch.testing.assert_close(cache.logit_attrs(normed.detach(), CORRECT, WRONG, pos_slice=-1), want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        cache.logit_attrs(normed[2:5], CORRECT, WRONG, pos_slice=-1), want[2:5], atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        cache.logit_attrs(normed.detach(), CORRECT, WRONG, pos_slice=-1), want, atol=1e-6, rtol=0
+    )
     got = cache.logit_attrs(normed[:, 1:], CORRECT[1:], WRONG[1:], pos_slice=-1)
     torch.testing.assert_close(got, want[:, 1:], atol=1e-6, rtol=0)
     got = cache.logit_attrs(normed, CORRECT[1], WRONG[1], pos_slice=-1, batch_slice=1)

@@ -2,8 +2,8 @@
 
 import torch
 
-from hooked.components.mlp import MLP, linear
 from hooked import HookedTransformerConfig
+from hooked.components.mlp import MLP, linear
 
 
 def test_bias_after_the_matmul_is_two_ops():

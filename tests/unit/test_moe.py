@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.components.moe import MoE, make_moe
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 CFG = dict(d_model=16, d_head=4, n_layers=1, n_ctx=8, d_mlp=8, act_fn="silu", gated_mlp=True, d_vocab=10)
 

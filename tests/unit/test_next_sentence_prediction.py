@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.hooked_encoder import HookedEncoder
-from hooked.next_sentence_prediction import PREDICTIONS, BertNextSentencePrediction
+from hooked.models.hooked_encoder import HookedEncoder
+from hooked.models.next_sentence_prediction import PREDICTIONS, BertNextSentencePrediction
 from tests.unit.test_hooked_encoder import config, make_wordpiece_tokenizer
 
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
 from hooked import HookedTransformerConfig
-from hooked.hook_points import HookedRootModule
+from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, RMSNormPre
+from hooked.core.hook_points import HookedRootModule
 
 CFG = HookedTransformerConfig(d_model=16, d_head=4, n_layers=1, n_ctx=8, act_fn="relu", eps=1e-5)
 
@@ -165,4 +165,6 @@ def test_gain_first_layer_norm_in_float32_is_the_fused_layer_norm():
     with torch.no_grad():
         norm.w.uniform_(0.5, 1.5)
     x = torch.randn(2, 5, 16) * 3 + 1
-    torch.testing.assert_close(norm(x), torch.nn.functional.layer_norm(x, (16,), norm.w, norm.b, CFG.eps), atol=0, rtol=0)
+    torch.testing.assert_close(
+        norm(x), torch.nn.functional.layer_norm(x, (16,), norm.w, norm.b, CFG.eps), atol=0, rtol=0
+    )

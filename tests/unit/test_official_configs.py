@@ -27,7 +27,10 @@ def test_unlisted_name_is_none():
 def test_image_text_checkpoints_keep_their_vocabulary_and_window():
     four_b = official_hf_config("google/gemma-3-4b-it")
     assert (four_b.architectures, four_b.vocab_size, four_b.sliding_window) == (
-        ["Gemma3ForConditionalGeneration"], 262208, 1024)
+        ["Gemma3ForConditionalGeneration"],
+        262208,
+        1024,
+    )
     assert official_hf_config("google/medgemma-27b-text-it").vocab_size == 262144
 
 

@@ -29,8 +29,11 @@ def test_no_code_imports_the_folders_as_top_level_packages():
                     names = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names = [node.module]
-                offenders += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names
-                              if n.split(".")[0] in ("components", "loading")]
+                offenders += [
+                    f"{path.relative_to(REPO)}:{node.lineno}"
+                    for n in names
+                    if n.split(".")[0] in ("components", "loading")
+                ]
     assert not offenders, f"import hooked.components / hooked.loading instead: {offenders}"
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked import patching
-from hooked.utils import get_act_name
+from hooked.analysis import patching
+from hooked.core.utils import get_act_name
 
 torch.set_num_threads(1)
 

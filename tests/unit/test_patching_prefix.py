@@ -1,4 +1,4 @@
-"""Batched patching starts each forward at the first patched block (hooked/patching.py `_CorruptedPrefix`).
+"""Batched patching starts each forward at the first patched block (hooked/analysis/patching.py `_CorruptedPrefix`).
 
 The corrupted residual stream entering block l is computed once; chunks of patches at
 layer >= l start there. Hooks already on the model must still act exactly once.
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked import patching
+from hooked.analysis import patching
 
 L, P = 4, 5
 
@@ -77,4 +77,3 @@ def test_existing_hooks_act_once(setup):
     assert abs(batched[2, 3].item() - by_hand) < 1e-5
     unsteered = resid_pre_sweep(model, corrupted, clean_cache, P)
     assert (unsteered - batched).abs().max() > 1e-3  # the steering hooks did matter
-

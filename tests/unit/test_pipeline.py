@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.components.forward_state import ForwardState
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.scale.collectives import PipelineError
 from hooked.scale.pipeline import _micro_slices, _slice_state
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hooked.scale.placement import check_contiguous, default_units, devices_in_order, parse_size, plan_device_map
+from hooked.placement.plan import check_contiguous, default_units, devices_in_order, parse_size, plan_device_map
 
 
 def _block_devices(plan: dict[str, str], n_layers: int) -> list[str]:

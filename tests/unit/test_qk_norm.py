@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hooked.components.qk_norm import PerHeadLayerNorm
 from hooked import HookedTransformerConfig
-from hooked.hook_points import HookedRootModule
+from hooked.components.qk_norm import PerHeadLayerNorm
+from hooked.core.hook_points import HookedRootModule
 
 CFG = HookedTransformerConfig(d_model=64, d_head=16, n_heads=4, n_layers=1, n_ctx=8, act_fn="relu", eps=1e-5)
 

@@ -13,7 +13,11 @@ def table_rows() -> list[list[str]]:
     text = PAGE.read_text()
     assert SECTION in text, f"docs/architectures.md lost its {SECTION!r} section"
     section = text[text.index(SECTION) :].split("\n## ", 1)[0]
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines() if line.startswith("| `")]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
     return rows
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hooked.components.rotary import rotary_inv_freq
 from hooked import HookedTransformer, HookedTransformerConfig
+from hooked.components.rotary import rotary_inv_freq
 from hooked.loading.common import hf_rope_parameters, per_layer_type_rope
 
 
@@ -13,8 +13,14 @@ def gemma3_text_config(**overrides):
     from transformers import Gemma3TextConfig
 
     kwargs = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
-        head_dim=16, vocab_size=64, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=64,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5000.0},
@@ -48,9 +54,21 @@ def test_shared_rope_parameters_give_global_fields_only():
 
 def test_layers_use_their_type_frequencies_and_share_tables():
     cfg = HookedTransformerConfig(
-        d_model=32, d_head=16, n_layers=3, n_ctx=32, d_vocab=64, act_fn="gelu", normalization_type="RMS",
-        positional_embedding_type="rotary", rotary_base=5000.0, rotary_scaling={"rope_type": "linear", "factor": 8.0},
-        rotary_base_local=100.0, use_local_attn=True, window_size=4, attn_types=["local", "global", "local"], seed=0,
+        d_model=32,
+        d_head=16,
+        n_layers=3,
+        n_ctx=32,
+        d_vocab=64,
+        act_fn="gelu",
+        normalization_type="RMS",
+        positional_embedding_type="rotary",
+        rotary_base=5000.0,
+        rotary_scaling={"rope_type": "linear", "factor": 8.0},
+        rotary_base_local=100.0,
+        use_local_attn=True,
+        window_size=4,
+        attn_types=["local", "global", "local"],
+        seed=0,
     )
     model = HookedTransformer(cfg)
     local, glob = rotary_inv_freq(16, 100.0), rotary_inv_freq(16, 5000.0) / 8.0

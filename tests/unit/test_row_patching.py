@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.token_index_mixin import TokenIndexMixin
-from hooked.utils import gather_pos, row_patch_hook, token_index
+from hooked.core.utils import gather_pos, row_patch_hook, token_index
+from hooked.models.tokenizer_mixin import TokenizerMixin
 
 torch.set_num_threads(1)
 
@@ -95,17 +95,17 @@ def test_model_token_index_and_gather():
     model = make_model("rotary")
     tokens, mask = pad_batch([torch.arange(1, 6), torch.arange(1, 3)], "left")
     logits = model(tokens, attention_mask=mask)
-    cols = TokenIndexMixin.token_index(model, -1, mask)
+    cols = TokenizerMixin.token_index(model, -1, mask)
     assert cols.tolist() == [4, 4]
-    assert TokenIndexMixin.token_index(model, 0).tolist() == [0, 3]  # the last call's mask
-    last = gather_pos(logits, TokenIndexMixin.token_index(model, torch.tensor([-1, 0]), mask))
+    assert TokenizerMixin.token_index(model, 0).tolist() == [0, 3]  # the last call's mask
+    last = gather_pos(logits, TokenizerMixin.token_index(model, torch.tensor([-1, 0]), mask))
     torch.testing.assert_close(last[1], model(torch.arange(1, 3)[None])[0, 0], atol=ATOL, rtol=0)
     model(tokens)
-    assert TokenIndexMixin.token_index(model, -2).tolist() == [3, 3]
+    assert TokenizerMixin.token_index(model, -2).tolist() == [3, 3]
 
 
 def test_test_prompt_prints_ranks(tokenizer, capsys):
-    from hooked.utils import test_prompt
+    from hooked.core.utils import test_prompt
 
     cfg = HookedTransformerConfig(
         d_model=32, d_head=8, n_layers=1, n_ctx=32, d_vocab=len(tokenizer), act_fn="relu", seed=0

@@ -50,14 +50,20 @@ def test_sae_with_error_term_leaves_the_model_unchanged_and_transcoders_run(mode
     tokens = model.to_tokens(["The quick brown fox", "Paris is in France"])
     clean = model(tokens)
     metadata = sae_lens.saes.sae.SAEMetadata(hook_name=HOOK)
-    model.add_sae(sae_lens.StandardSAE(sae_lens.StandardSAEConfig(d_in=32, d_sae=64, metadata=metadata)),
-                  use_error_term=True)
+    model.add_sae(
+        sae_lens.StandardSAE(sae_lens.StandardSAEConfig(d_in=32, d_sae=64, metadata=metadata)), use_error_term=True
+    )
     torch.testing.assert_close(model(tokens), clean, atol=1e-5, rtol=1e-5)
     model.reset_saes()
     transcoder = sae_lens.Transcoder(
         sae_lens.TranscoderConfig(
-            d_in=32, d_sae=64, d_out=32, apply_b_dec_to_input=False,
-            metadata=sae_lens.saes.sae.SAEMetadata(hook_name="blocks.0.mlp.hook_in", hook_name_out="blocks.0.hook_mlp_out"),
+            d_in=32,
+            d_sae=64,
+            d_out=32,
+            apply_b_dec_to_input=False,
+            metadata=sae_lens.saes.sae.SAEMetadata(
+                hook_name="blocks.0.mlp.hook_in", hook_name_out="blocks.0.hook_mlp_out"
+            ),
         )
     )
     _, cache = model.run_with_cache(tokens, names_filter="blocks.0.mlp.hook_in")  # SAELens's added MLP hook

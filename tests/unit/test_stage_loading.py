@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.scale.stage_loading import (
     StageStateView,
     _layer_of_checkpoint_key,
@@ -92,7 +92,9 @@ def _family_cases() -> dict:
     from tests.acceptance import test_moe_parity as moe
 
     cases = {f"modern:{n}": (lambda n=n: modern.build(n)) for n in modern.CASES}
-    cases.update({f"moe:{n}": (lambda n=n: moe.tiny_moe(moe.CONFIGS[n][0], 0, **moe.CONFIGS[n][1])) for n in moe.CONFIGS})
+    cases.update(
+        {f"moe:{n}": (lambda n=n: moe.tiny_moe(moe.CONFIGS[n][0], 0, **moe.CONFIGS[n][1])) for n in moe.CONFIGS}
+    )
     cases.update({f"gemma:{n}": (lambda n=n: gemma.tiny_gemma(n)) for n in gemma.CONFIGS})
     return cases
 

@@ -11,9 +11,9 @@ import warnings
 import pytest
 import torch
 
-from hooked.errors import InputError
-from hooked.static_generation import AddVector, StaticCacheOptions, compile_safe
-from hooked.utils import at_steps
+from hooked.core.errors import InputError
+from hooked.core.utils import at_steps
+from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
 from tests.helpers import hooked_from
 from tests.precision_models import FAMILIES
 from tests.unit.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
@@ -97,7 +97,9 @@ def test_declarative_per_step_hooks_run_compiled():
     assert torch.equal(again.sequences, static.sequences)
     assert counter.graphs == 1  # a second call with the same hooks reuses the graph
     unhooked = m.generate(toks, attention_mask=mask, **GREEDY)
-    assert not torch.equal(unhooked.sequences, static.sequences) or not torch.equal(unhooked.logits[0], static.logits[0])
+    assert not torch.equal(unhooked.sequences, static.sequences) or not torch.equal(
+        unhooked.logits[0], static.logits[0]
+    )
 
 
 def test_python_hook_falls_back_to_eager_with_one_warning():

@@ -6,15 +6,26 @@ import pytest
 import torch
 
 from hooked.components.t5 import T5Attention, T5Block, relative_position_bucket
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 from tests.acceptance.test_t5_parity import tiny_t5
 
 
 def t5_cfg(**overrides) -> HookedTransformerConfig:
     fields = dict(
-        d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=64, d_mlp=64, d_vocab=96, act_fn="relu",
-        normalization_type="RMS", positional_embedding_type="relative_positional_bias", use_attn_scale=False,
-        attention_dir="bidirectional", relative_attention_num_buckets=8, relative_attention_max_distance=16,
+        d_model=32,
+        d_head=8,
+        n_heads=4,
+        n_layers=2,
+        n_ctx=64,
+        d_mlp=64,
+        d_vocab=96,
+        act_fn="relu",
+        normalization_type="RMS",
+        positional_embedding_type="relative_positional_bias",
+        use_attn_scale=False,
+        attention_dir="bidirectional",
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
     )
     fields.update(overrides)
     return HookedTransformerConfig(**fields)

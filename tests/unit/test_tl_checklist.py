@@ -134,11 +134,14 @@ def check_run_with_cache(gpt2, gqa, capsys):
     _, cache = gpt2.run_with_cache(tokens, names_filter="blocks.0.hook_resid_pre")
     assert torch.equal(cache.tokens, tokens)
     _, cache = gpt2.run_with_cache(["Hi", "The quick brown fox"], names_filter="blocks.0.hook_resid_pre")
-    assert cache.attention_mask.shape == cache.tokens.shape and cache.attention_mask[0].sum() < cache.attention_mask[1].sum()
+    assert (
+        cache.attention_mask.shape == cache.tokens.shape
+        and cache.attention_mask[0].sum() < cache.attention_mask[1].sum()
+    )
 
 
 def check_generate(gpt2, gqa, capsys):
-    from hooked.utils import at_steps
+    from hooked.core.utils import at_steps
 
     seen = []
     out = gpt2.generate("The quick", max_new_tokens=3, seed=0, repetition_penalty=1.2, return_cache=True, verbose=False,
@@ -159,7 +162,7 @@ def check_contains(gpt2, gqa, capsys):
 
 
 def check_generic_activation_patch(gpt2, gqa, capsys):
-    from hooked.patching import generic_activation_patch, layer_pos_patch_setter
+    from hooked.analysis.patching import generic_activation_patch, layer_pos_patch_setter
 
     clean, corrupted = _ids(gpt2, 6), _ids(gpt2, 6).flip(-1)
     _, clean_cache = gpt2.run_with_cache(clean)
@@ -184,7 +187,7 @@ def _patch_inputs(model):
 
 
 def check_get_act_patch_resid_pre(gpt2, gqa, capsys):
-    from hooked.patching import generic_activation_patch, get_act_patch_resid_pre, layer_pos_patch_setter
+    from hooked.analysis.patching import generic_activation_patch, get_act_patch_resid_pre, layer_pos_patch_setter
 
     corrupted, clean_cache, metric = _patch_inputs(gpt2)
     fast = get_act_patch_resid_pre(gpt2, corrupted, clean_cache, metric, verbose=False)
@@ -194,7 +197,7 @@ def check_get_act_patch_resid_pre(gpt2, gqa, capsys):
 
 
 def check_head_by_pos(gpt2, gqa, capsys):
-    from hooked.patching import get_act_patch_attn_head_k_by_pos
+    from hooked.analysis.patching import get_act_patch_attn_head_k_by_pos
 
     corrupted, clean_cache, metric = _patch_inputs(gqa)
     out = get_act_patch_attn_head_k_by_pos(gqa, corrupted, clean_cache, metric, verbose=False)
@@ -202,7 +205,7 @@ def check_head_by_pos(gpt2, gqa, capsys):
 
 
 def check_pattern_by_pos(gpt2, gqa, capsys):
-    from hooked.patching import get_act_patch_attn_head_pattern_by_pos
+    from hooked.analysis.patching import get_act_patch_attn_head_pattern_by_pos
 
     corrupted, clean_cache, metric = _patch_inputs(gpt2)
     out = get_act_patch_attn_head_pattern_by_pos(gpt2, corrupted, clean_cache, metric, verbose=False)
@@ -210,7 +213,7 @@ def check_pattern_by_pos(gpt2, gqa, capsys):
 
 
 def check_head_all_pos(gpt2, gqa, capsys):
-    from hooked.patching import get_act_patch_attn_head_v_all_pos
+    from hooked.analysis.patching import get_act_patch_attn_head_v_all_pos
 
     corrupted, clean_cache, metric = _patch_inputs(gqa)
     out = get_act_patch_attn_head_v_all_pos(gqa, corrupted, clean_cache, metric, verbose=False)
@@ -218,7 +221,7 @@ def check_head_all_pos(gpt2, gqa, capsys):
 
 
 def check_every(gpt2, gqa, capsys):
-    from hooked.patching import get_act_patch_attn_head_all_pos_every
+    from hooked.analysis.patching import get_act_patch_attn_head_all_pos_every
 
     corrupted, clean_cache, metric = _patch_inputs(gqa)
     out = get_act_patch_attn_head_all_pos_every(gqa, corrupted, clean_cache, metric, verbose=False)
@@ -228,7 +231,7 @@ def check_every(gpt2, gqa, capsys):
 
 
 def check_detect_head(gpt2, gqa, capsys):
-    from hooked.head_detector import detect_head
+    from hooked.analysis.head_detector import detect_head
 
     tokens = _ids(gpt2, 10)
     _, cache = gpt2.run_with_cache(tokens)
@@ -238,7 +241,7 @@ def check_detect_head(gpt2, gqa, capsys):
 
 
 def check_vh(gpt2, gqa, capsys):
-    from hooked.factored_matrix import FactoredMatrix
+    from hooked.core.factored_matrix import FactoredMatrix
 
     m = FactoredMatrix(torch.randn(4, 3), torch.randn(3, 5))
     with warnings.catch_warnings(record=True) as caught:
@@ -248,7 +251,7 @@ def check_vh(gpt2, gqa, capsys):
 
 
 def check_eigenvalues(gpt2, gqa, capsys):
-    from hooked.factored_matrix import FactoredMatrix
+    from hooked.core.factored_matrix import FactoredMatrix
 
     m = FactoredMatrix(torch.randn(4, 3, dtype=torch.bfloat16), torch.randn(3, 4, dtype=torch.bfloat16))
     assert m.eigenvalues.shape == (3,)  # torch.linalg.eig refuses bfloat16: the factors were upcast
@@ -256,24 +259,36 @@ def check_eigenvalues(gpt2, gqa, capsys):
 
 #: row's first path -> (phrase the row's status must contain, check)
 BEHAVIOURS = {
-    "hooked.hooked_transformer.HookedTransformer.from_pretrained": ("`n_devices=N` splits the blocks", check_from_pretrained),
-    "hooked.hooked_transformer.HookedTransformer.to": ("nothing is printed", check_to),
-    "hooked.hooked_transformer.HookedTransformer.forward": ("taken as token embeddings", check_forward),
-    "hooked.tokenizer_mixin.TokenizerMixin.to_tokens": ("never a double BOS", check_to_tokens),
-    "hooked.hook_points.HookedRootModule.add_hook": ("`HookNotEnabledError` naming the flag", check_add_hook),
-    "hooked.hooked_transformer.HookedTransformer.run_with_cache": ("unknown exact names", check_run_with_cache),
-    "hooked.hooked_transformer.HookedTransformer.generate": ("also `generate_stream`", check_generate),
-    "hooked.activation_cache.ActivationCache": ("also stores `tokens` and `attention_mask`", check_activation_cache),
-    "hooked.activation_cache.ActivationCache.__contains__": ("`(\"pattern\", 0) in cache`", check_contains),
-    "hooked.patching.generic_activation_patch": ("a tqdm progress bar counts the patches", check_generic_activation_patch),
-    "hooked.patching.get_act_patch_resid_pre": ("results equal TL's one forward per patch", check_get_act_patch_resid_pre),
-    "hooked.patching.get_act_patch_attn_head_out_by_pos": ("`[L,p,Hkv]` under GQA", check_head_by_pos),
-    "hooked.patching.get_act_patch_attn_head_pattern_by_pos": ("automatic batch size", check_pattern_by_pos),
-    "hooked.patching.get_act_patch_attn_head_out_all_pos": ("`[L,Hkv]` under GQA", check_head_all_pos),
-    "hooked.patching.get_act_patch_attn_head_all_pos_every": ("zero-padded from Hkv to H", check_every),
-    "hooked.head_detector.detect_head": ("never the cached tensor", check_detect_head),
-    "hooked.factored_matrix.FactoredMatrix.Vh": ("`DeprecationWarning`", check_vh),
-    "hooked.factored_matrix.FactoredMatrix.eigenvalues": ("upcast before `eig`", check_eigenvalues),
+    "hooked.models.hooked_transformer.HookedTransformer.from_pretrained": (
+        "`n_devices=N` splits the blocks",
+        check_from_pretrained,
+    ),
+    "hooked.models.hooked_transformer.HookedTransformer.to": ("nothing is printed", check_to),
+    "hooked.models.hooked_transformer.HookedTransformer.forward": ("taken as token embeddings", check_forward),
+    "hooked.models.tokenizer_mixin.TokenizerMixin.to_tokens": ("never a double BOS", check_to_tokens),
+    "hooked.core.hook_points.HookedRootModule.add_hook": ("`HookNotEnabledError` naming the flag", check_add_hook),
+    "hooked.models.hooked_transformer.HookedTransformer.run_with_cache": ("unknown exact names", check_run_with_cache),
+    "hooked.models.hooked_transformer.HookedTransformer.generate": ("also `generate_stream`", check_generate),
+    "hooked.analysis.activation_cache.ActivationCache": (
+        "also stores `tokens` and `attention_mask`",
+        check_activation_cache,
+    ),
+    "hooked.analysis.activation_cache.ActivationCache.__contains__": ('`("pattern", 0) in cache`', check_contains),
+    "hooked.analysis.patching.generic_activation_patch": (
+        "a tqdm progress bar counts the patches",
+        check_generic_activation_patch,
+    ),
+    "hooked.analysis.patching.get_act_patch_resid_pre": (
+        "results equal TL's one forward per patch",
+        check_get_act_patch_resid_pre,
+    ),
+    "hooked.analysis.patching.get_act_patch_attn_head_out_by_pos": ("`[L,p,Hkv]` under GQA", check_head_by_pos),
+    "hooked.analysis.patching.get_act_patch_attn_head_pattern_by_pos": ("automatic batch size", check_pattern_by_pos),
+    "hooked.analysis.patching.get_act_patch_attn_head_out_all_pos": ("`[L,Hkv]` under GQA", check_head_all_pos),
+    "hooked.analysis.patching.get_act_patch_attn_head_all_pos_every": ("zero-padded from Hkv to H", check_every),
+    "hooked.analysis.head_detector.detect_head": ("never the cached tensor", check_detect_head),
+    "hooked.core.factored_matrix.FactoredMatrix.Vh": ("`DeprecationWarning`", check_vh),
+    "hooked.core.factored_matrix.FactoredMatrix.eigenvalues": ("upcast before `eig`", check_eigenvalues),
 }
 
 

@@ -10,7 +10,13 @@ from hooked import HookedTransformer, HookedTransformerConfig
 
 def model_with(tokenizer, prepend_bos=True):
     cfg = HookedTransformerConfig(
-        d_model=16, d_head=8, n_layers=1, n_ctx=64, act_fn="relu", d_vocab=len(tokenizer), default_prepend_bos=prepend_bos
+        d_model=16,
+        d_head=8,
+        n_layers=1,
+        n_ctx=64,
+        act_fn="relu",
+        d_vocab=len(tokenizer),
+        default_prepend_bos=prepend_bos,
     )
     return HookedTransformer(cfg, tokenizer=tokenizer)
 
@@ -33,7 +39,9 @@ def test_bos_added_at_most_once(request, fixture):
 def test_per_call_options_leave_model_and_tokenizer_unchanged(tokenizer):
     model = model_with(tokenizer)
     before_cfg, before_side = copy.deepcopy(model.cfg.to_dict()), tokenizer.padding_side
-    toks, mask = model.to_tokens(["a b", "The quick brown fox"], prepend_bos=False, padding_side="left", return_attention_mask=True)
+    toks, mask = model.to_tokens(
+        ["a b", "The quick brown fox"], prepend_bos=False, padding_side="left", return_attention_mask=True
+    )
     assert mask[0, 0] == 0 and mask[0, -1] == 1 and toks[0, 0] == model.tokenizer.pad_token_id
     right = model.to_tokens(["a b", "The quick brown fox"], padding_side="right")
     assert right[0, 0] == model.tokenizer.bos_token_id and right[0, -1] == model.tokenizer.pad_token_id

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked.components.unembed import Unembed, vocab_projection
-from hooked.config import HookedTransformerConfig
+from hooked.core.config import HookedTransformerConfig
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 20])
@@ -28,4 +28,6 @@ def test_unembed_stores_W_U_vocab_major_and_adds_bias():
     with torch.no_grad():
         unembed.b_U.normal_()
     torch.testing.assert_close(unembed(x), x @ unembed.W_U + unembed.b_U, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(unembed(x, logits_to_keep=1), (x @ unembed.W_U + unembed.b_U)[:, -1:], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        unembed(x, logits_to_keep=1), (x @ unembed.W_U + unembed.b_U)[:, -1:], atol=1e-5, rtol=1e-5
+    )

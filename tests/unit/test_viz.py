@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked.errors import InputError
+from hooked.analysis.inspection import top_heads
+from hooked.core.errors import InputError
 from hooked.viz import (
     View,
     activations_over_text,
@@ -15,7 +16,6 @@ from hooked.viz import (
     embedded_data,
     logit_lens,
 )
-from hooked.inspection import top_heads
 from hooked.viz.report import prompt_views
 
 torch.set_num_threads(1)
@@ -28,8 +28,16 @@ CLOSE = dict(atol=1e-5, rtol=1e-5)  # docs/numerics.md#tolerances: tiny models
 @pytest.fixture(scope="module")
 def model(tokenizer):
     cfg = HookedTransformerConfig(
-        d_model=32, d_head=8, n_heads=4, n_layers=2, n_ctx=64, d_vocab=len(tokenizer), d_mlp=64,
-        act_fn="gelu", normalization_type="LNPre", seed=0,
+        d_model=32,
+        d_head=8,
+        n_heads=4,
+        n_layers=2,
+        n_ctx=64,
+        d_vocab=len(tokenizer),
+        d_mlp=64,
+        act_fn="gelu",
+        normalization_type="LNPre",
+        seed=0,
     )
     m = HookedTransformer(cfg, tokenizer=tokenizer)
     gen = torch.Generator().manual_seed(1)
@@ -58,7 +66,9 @@ def test_attention_embeds_the_cached_patterns_and_token_labels(model, run):
     data = roundtrip(attention_patterns(model, cache, 1, heads=[3, 0]))
     assert data["tokens"] == model.to_str_tokens(tokens[0])
     assert data["heads"] == ["L1H3", "L1H0"]
-    torch.testing.assert_close(torch.tensor(data["patterns"], dtype=torch.float64), cache["pattern", 1][0, [3, 0]].double(), **EXACT)
+    torch.testing.assert_close(
+        torch.tensor(data["patterns"], dtype=torch.float64), cache["pattern", 1][0, [3, 0]].double(), **EXACT
+    )
     assert data["notes"] == []
 
 
@@ -67,7 +77,9 @@ def test_attention_caps_heads_and_positions_and_says_so(model, run):
     n = cache["pattern", 0].shape[-1]
     data = roundtrip(attention_patterns(model, cache, 0, max_pos=5, max_heads=2))
     assert data["heads"] == ["L0H0", "L0H1"] and data["positions"] == list(range(n - 5, n))
-    torch.testing.assert_close(torch.tensor(data["patterns"], dtype=torch.float64), cache["pattern", 0][0, :2, -5:, -5:].double(), **EXACT)
+    torch.testing.assert_close(
+        torch.tensor(data["patterns"], dtype=torch.float64), cache["pattern", 0][0, :2, -5:, -5:].double(), **EXACT
+    )
     assert any("2 of 4 heads" in note for note in data["notes"])
     assert any(f"last 5 of {n} positions" in note for note in data["notes"])
 
@@ -192,7 +204,11 @@ def test_prompt_views_has_every_kind(model, run):
     tokens, logits, cache = run
     lens, attention, heads, layers, text = embedded_data(prompt_views(model, PROMPT).html)
     assert [lens["kind"], attention["kind"], heads["kind"], layers["kind"], text["kind"]] == [
-        "logit_lens", "attention", "bars", "bars", "text"
+        "logit_lens",
+        "attention",
+        "bars",
+        "bars",
+        "text",
     ]
     # the attention layer holds the head attending most sharply from the last position (first token excluded)
     sharpest = torch.stack([cache["pattern", l][0, :, -1, 1:].max(-1).values for l in range(2)])  # [layer, head]
@@ -216,7 +232,9 @@ def test_the_views_say_what_they_show(model, run):
     assert "the token asked for" in roundtrip(logit_lens(model, cache, target=" Mary"))["description"]
     assert "row = the query token" in roundtrip(attention_patterns(model, cache, 0))["description"]
     bars = roundtrip(direct_logit_attribution(model, cache, " Mary", " John", per="head"))
-    assert "one attention head writes" in bars["description"] and "logit of ' Mary' minus ' John'" in bars["description"]
+    assert (
+        "one attention head writes" in bars["description"] and "logit of ' Mary' minus ' John'" in bars["description"]
+    )
 
 
 def test_prompt_views_attribute_a_logit_difference_and_say_why_the_layer(model, run):

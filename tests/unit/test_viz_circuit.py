@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked.circuits import Graph, edge_attribution_patching
-from hooked.errors import InputError, InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.viz import circuit_graph, embedded_data
 from tests.unit.circuits_models import logit_diff, make_model, token_pair
 
@@ -46,7 +46,9 @@ def test_node_scores_sum_the_circuit_edges_in_and_out(scored):
     edges = circuit.edges()
     for node in data["nodes"]:
         name = node["name"]
-        into = [sc for _, r, sc in edges if (r == "logits" and name == "logits") or r == name or r.startswith(name + ".")]
+        into = [
+            sc for _, r, sc in edges if (r == "logits" and name == "logits") or r == name or r.startswith(name + ".")
+        ]
         out = [sc for s, _, sc in edges if s == name]
         assert node["n_in"] == len(into) and node["n_out"] == len(out)
         assert node["score_in"] == pytest.approx(sum(into), abs=1e-9)
@@ -56,7 +58,9 @@ def test_node_scores_sum_the_circuit_edges_in_and_out(scored):
     assert all(rows[e["from"]] < rows[e["node"]] for e in data["edges"])  # edges run down the page
     cols = {n["name"]: n["col"] for n in data["nodes"]}
     assert data["n_cols"] == 5 and cols["logits"] == 2
-    assert all(c == (4 if name.startswith("m") else int(name.split(".h")[1])) for name, c in cols.items() if name[0] in "am")
+    assert all(
+        c == (4 if name.startswith("m") else int(name.split(".h")[1])) for name, c in cols.items() if name[0] in "am"
+    )
 
 
 def test_post_norm_attention_is_one_node_per_layer():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.errors import InputError, InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.harvest import ActivationReader, harvest
 from hooked.viz import DashboardOptions, SAELatent, embedded_data, feature_dashboard
 from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
@@ -16,8 +16,17 @@ HOOK = HOOKS[0]
 @pytest.fixture(scope="module")
 def reader(model, corpus_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("acts")
-    harvest(model, corpus_dir, HOOKS, out, context_length=16, batch_size=4, max_tokens=16 * 40,
-            batches_per_shard=2, progress=False)
+    harvest(
+        model,
+        corpus_dir,
+        HOOKS,
+        out,
+        context_length=16,
+        batch_size=4,
+        max_tokens=16 * 40,
+        batches_per_shard=2,
+        progress=False,
+    )
     return ActivationReader(out)
 
 
@@ -97,7 +106,9 @@ def test_direction_tuple_and_callable_give_the_same_dashboard(reader, model, sae
     by_tuple = feature_dashboard(reader, HOOK, (W_enc, b_enc, 5), model.tokenizer, options=opts).data
     acts = torch.relu(reader.read_all(HOOK).float() @ W_enc + b_enc)[:, 5]
     assert [e["row"] for e in by_tuple["examples"]] == _expected_top(acts, reader.read_all("context_index"), 4)
-    assert by_tuple["examples"][0]["tokens"] == [model.tokenizer.decode([i]) for i in by_tuple["examples"][0]["token_ids"]]
+    assert by_tuple["examples"][0]["tokens"] == [
+        model.tokenizer.decode([i]) for i in by_tuple["examples"][0]["token_ids"]
+    ]
 
 
 def test_a_dashboard_on_a_per_head_hook_and_without_a_tokenizer(reader):

@@ -59,8 +59,7 @@ def test_sae_trainer_trains_on_reader_stream(model, corpus_dir, tmp_path):
             served.append(batch)
             yield batch
 
-    cfg = SAETrainerConfig(total_training_samples=500, train_batch_size_samples=100, lr=1e-3, lr_end=1e-3,
-                           device="cpu")
+    cfg = SAETrainerConfig(total_training_samples=500, train_batch_size_samples=100, lr=1e-3, lr_end=1e-3, device="cpu")
     trainer = sae_lens.SAETrainer(cfg, sae, data_provider=provider())
     trained = trainer.fit()
     assert trainer.n_training_samples == 500 and len(served) == 5  # 256 rows: the stream went on to a 2nd epoch

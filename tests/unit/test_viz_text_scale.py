@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.viz import activations_over_text, embedded_data
 
 TOKENS = ["<bos>", "The", " ", " cat", "\n", "  "]

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from hooked import weight_processing as wp
-from hooked.config import ConfigError
+from hooked.core.config import ConfigError
+from hooked.processing import steps as wp
 from tests.helpers import hooked_from, tiny_gpt2
 
 torch.set_num_threads(1)
@@ -128,8 +128,11 @@ CONFIGS = {
     "final_rms": dict(final_rms=True),
     "solu_ln": dict(act_fn="solu_ln"),
     "sandwich_rms_qknorm": dict(
-        normalization_type="RMS", use_normalization_before_and_after=True, use_qk_norm=True,
-        positional_embedding_type="rotary", n_key_value_heads=2,
+        normalization_type="RMS",
+        use_normalization_before_and_after=True,
+        use_qk_norm=True,
+        positional_embedding_type="rotary",
+        n_key_value_heads=2,
     ),
     "soft_caps": dict(output_logits_soft_cap=5.0, attn_scores_soft_cap=10.0),
     "no_norm": dict(normalization_type=None),
@@ -159,7 +162,7 @@ def test_processing_twice_equals_once_bitwise(name, caplog):
     flags = dict(refactor_factored_attn_matrices=refactor_allowed(model.cfg))
     once = processed(model, **flags)
     snapshot, recorded = state_snapshot(once), once.cfg.weight_processing
-    with caplog.at_level(logging.WARNING, logger="hooked.weight_processing"):
+    with caplog.at_level(logging.WARNING, logger="hooked.processing.steps"):
         once.process_weights_(**flags)
     assert_bitwise_equal(state_snapshot(once), snapshot)
     assert once.cfg.weight_processing == recorded
@@ -210,7 +213,17 @@ def test_hook_values_per_step_follow_the_spec_table():
     # unembed.hook_in is ln_final's output, which loses the gain and bias that W_U/b_U now apply
     assert max_diff(folded, [n for n in ref.keys() if n != "unembed.hook_in"]) <= ATOL
     _, cent = processed(model, **flag_dict(("center_writing_weights",))).run_with_cache(toks)
-    kept = ("hook_q", "hook_k", "hook_v", "hook_pattern", "hook_z", "hook_pre", "hook_post", "hook_scale", "hook_normalized")
+    kept = (
+        "hook_q",
+        "hook_k",
+        "hook_v",
+        "hook_pattern",
+        "hook_z",
+        "hook_pre",
+        "hook_post",
+        "hook_scale",
+        "hook_normalized",
+    )
     same = [n for n in ref.keys() if n.split(".")[-1] in kept]
     assert max_diff(cent, same) <= ATOL
     _, vb = processed(model, **flag_dict(("fold_value_biases",))).run_with_cache(toks)
@@ -242,18 +255,18 @@ def test_a_processed_config_rebuilds_a_model_that_loads_the_processed_weights(na
 
 
 def test_automatic_skips_are_logged(caplog):
-    with caplog.at_level(logging.DEBUG, logger="hooked.weight_processing"):
+    with caplog.at_level(logging.DEBUG, logger="hooked.processing.steps"):
         short = processed(make(positional_embedding_type="shortformer"))
     assert short.cfg.weight_processing == ("fold_value_biases",)
     warned = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert all(f"Skipping {s}: shortformer" in warned for s in FLAGS[:3])
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="hooked.weight_processing"):
+    with caplog.at_level(logging.DEBUG, logger="hooked.processing.steps"):
         capped = processed(make(output_logits_soft_cap=5.0))
     assert "center_unembed" not in capped.cfg.weight_processing
     assert any("soft_cap" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="hooked.weight_processing"):
+    with caplog.at_level(logging.DEBUG, logger="hooked.processing.steps"):
         processed(make(normalization_type="RMS"))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # RMS: centering skipped silently
     assert any("Skipping center_writing_weights" in r.getMessage() for r in caplog.records)
@@ -261,8 +274,11 @@ def test_automatic_skips_are_logged(caplog):
 
 @pytest.mark.parametrize(
     "overrides, match",
-    [(dict(positional_embedding_type="rotary"), "rotary"), (dict(use_qk_norm=True), "qk-norm"),
-     (dict(n_key_value_heads=2), "grouped-query")],
+    [
+        (dict(positional_embedding_type="rotary"), "rotary"),
+        (dict(use_qk_norm=True), "qk-norm"),
+        (dict(n_key_value_heads=2), "grouped-query"),
+    ],
 )
 def test_refactor_raises_before_changing_anything(overrides, match):
     model = make(**overrides)
@@ -321,22 +337,48 @@ def test_fold_layer_norm_math_for_one_reader():
 def test_moe_state_dict_fold_and_centering():
     """TL MoE layout (nn.Linear [out, in]): RMS gain folds into the router and experts; W_out centers on d."""
     d, dm, E = 8, 12, 3
-    cfg = HookedTransformerConfig(d_model=d, d_head=4, n_layers=1, n_ctx=4, d_vocab=10, d_mlp=dm, act_fn="silu",
-                                  normalization_type="RMS", gated_mlp=True, num_experts=E, experts_per_token=2)
+    cfg = HookedTransformerConfig(
+        d_model=d,
+        d_head=4,
+        n_layers=1,
+        n_ctx=4,
+        d_vocab=10,
+        d_mlp=dm,
+        act_fn="silu",
+        normalization_type="RMS",
+        gated_mlp=True,
+        num_experts=E,
+        experts_per_token=2,
+    )
     g = torch.Generator().manual_seed(0)
-    sd = {"blocks.0.ln2.w": torch.rand(d, generator=g) + 0.5, "blocks.0.mlp.W_gate.weight": torch.randn(E, d, generator=g)}
+    sd = {
+        "blocks.0.ln2.w": torch.rand(d, generator=g) + 0.5,
+        "blocks.0.mlp.W_gate.weight": torch.randn(E, d, generator=g),
+    }
     for e in range(E):
         p = f"blocks.0.mlp.experts.{e}."
-        sd[p + "W_in.weight"], sd[p + "W_gate.weight"] = torch.randn(dm, d, generator=g), torch.randn(dm, d, generator=g)
+        sd[p + "W_in.weight"], sd[p + "W_gate.weight"] = (
+            torch.randn(dm, d, generator=g),
+            torch.randn(dm, d, generator=g),
+        )
         sd[p + "W_out.weight"] = torch.randn(d, dm, generator=g)
     before = {k: v.clone() for k, v in sd.items()}
     w = sd["blocks.0.ln2.w"]
-    wp._fold_moe(sd, cfg, "blocks.0.", wp._experts(sd, "blocks.0."), layernorm=False, fold_biases=False, center_weights=False)
+    wp._fold_moe(
+        sd, cfg, "blocks.0.", wp._experts(sd, "blocks.0."), layernorm=False, fold_biases=False, center_weights=False
+    )
     assert "blocks.0.ln2.w" not in sd
     torch.testing.assert_close(sd["blocks.0.mlp.W_gate.weight"], before["blocks.0.mlp.W_gate.weight"] * w)
-    torch.testing.assert_close(sd["blocks.0.mlp.experts.2.W_in.weight"], before["blocks.0.mlp.experts.2.W_in.weight"] * w)
-    sd.update({"embed.W_E": torch.randn(10, d, generator=g), "blocks.0.attn.W_O": torch.randn(2, 4, d, generator=g),
-               "blocks.0.attn.b_O": torch.randn(d, generator=g)})
+    torch.testing.assert_close(
+        sd["blocks.0.mlp.experts.2.W_in.weight"], before["blocks.0.mlp.experts.2.W_in.weight"] * w
+    )
+    sd.update(
+        {
+            "embed.W_E": torch.randn(10, d, generator=g),
+            "blocks.0.attn.W_O": torch.randn(2, 4, d, generator=g),
+            "blocks.0.attn.b_O": torch.randn(d, generator=g),
+        }
+    )
     wp.center_writing_weights(sd, cfg)
     W_out = sd["blocks.0.mlp.experts.1.W_out.weight"]
     torch.testing.assert_close(W_out.mean(0), torch.zeros(dm), atol=1e-6, rtol=0)
@@ -378,12 +420,18 @@ def test_load_time_processing_equals_process_weights_on_a_loaded_model():
 
 @pytest.mark.parametrize(
     "on, tied",
-    [((), True), (("fold_value_biases",), True), (("refactor_factored_attn_matrices",), True),
-     (("center_writing_weights",), False), (("center_unembed",), False), (("fold_ln",), False)],
+    [
+        ((), True),
+        (("fold_value_biases",), True),
+        (("refactor_factored_attn_matrices",), True),
+        (("center_writing_weights",), False),
+        (("center_unembed",), False),
+        (("fold_ln",), False),
+    ],
 )
 def test_tied_embeddings_stay_shared_unless_processing_writes_them(on, tied, caplog):
     hf = tiny_gpt2(n_embd=32, n_head=4, vocab_size=100, n_positions=32)
-    with caplog.at_level(logging.DEBUG, logger="hooked.weight_processing"):  # (expected, so logged at debug)
+    with caplog.at_level(logging.DEBUG, logger="hooked.processing.steps"):  # (expected, so logged at debug)
         model = hooked_from(hf, **flag_dict(on))
     assert model.embeddings_tied() == tied
     wte = hf.transformer.wte.weight

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked import FactoredMatrix, HookedTransformer, HookedTransformerConfig
-from hooked.weight_views import composition_scores
+from hooked.models.weight_views_mixin import composition_scores
 
 torch.set_num_threads(1)
 
@@ -14,7 +14,18 @@ L, H, D, DH, DM, V, CTX = 2, 4, 32, 8, 48, 50, 16
 
 
 def make(bias: bool = True, **overrides) -> HookedTransformer:
-    cfg = dict(d_model=D, d_head=DH, n_heads=H, n_layers=L, n_ctx=CTX, d_mlp=DM, d_vocab=V, act_fn="gelu_new", seed=0, device="cpu")
+    cfg = dict(
+        d_model=D,
+        d_head=DH,
+        n_heads=H,
+        n_layers=L,
+        n_ctx=CTX,
+        d_mlp=DM,
+        d_vocab=V,
+        act_fn="gelu_new",
+        seed=0,
+        device="cpu",
+    )
     cfg.update(overrides)
     model = HookedTransformer(HookedTransformerConfig(**cfg))
     gen = torch.Generator().manual_seed(1)
@@ -38,8 +49,17 @@ def test_view_shapes(name):
     model = make(**MODELS[name])
     cfg = model.cfg
     shapes = dict(
-        W_E=(V, D), W_U=(D, V), b_U=(V,), W_Q=(L, H, D, DH), W_K=(L, H, D, DH), W_V=(L, H, D, DH), W_O=(L, H, DH, D),
-        b_Q=(L, H, DH), b_K=(L, H, DH), b_V=(L, H, DH), b_O=(L, D),
+        W_E=(V, D),
+        W_U=(D, V),
+        b_U=(V,),
+        W_Q=(L, H, D, DH),
+        W_K=(L, H, D, DH),
+        W_V=(L, H, D, DH),
+        W_O=(L, H, DH, D),
+        b_Q=(L, H, DH),
+        b_K=(L, H, DH),
+        b_V=(L, H, DH),
+        b_O=(L, D),
     )
     if not cfg.attn_only:
         shapes.update(W_in=(L, D, DM), W_out=(L, DM, D), b_in=(L, DM), b_out=(L, D))
@@ -92,9 +112,13 @@ def test_accumulated_bias_is_the_sum_of_earlier_output_biases(name):
             manual = sum((b_O[i] + b_out[i] for i in range(layer)), torch.zeros(D))
             torch.testing.assert_close(model.accumulated_bias(layer), manual, atol=1e-6, rtol=0)
             attn_only = sum((b_O[i] for i in range(layer)), torch.zeros(D))
-            torch.testing.assert_close(model.accumulated_bias(layer, include_mlp_biases=False), attn_only, atol=1e-6, rtol=0)
+            torch.testing.assert_close(
+                model.accumulated_bias(layer, include_mlp_biases=False), attn_only, atol=1e-6, rtol=0
+            )
             if layer < L:
-                torch.testing.assert_close(model.accumulated_bias(layer, mlp_input=True), manual + b_O[layer], atol=1e-6, rtol=0)
+                torch.testing.assert_close(
+                    model.accumulated_bias(layer, mlp_input=True), manual + b_O[layer], atol=1e-6, rtol=0
+                )
 
 
 def brute_force_composition(model: HookedTransformer, mode: str) -> torch.Tensor:

@@ -25,7 +25,9 @@ def tensor_to_numpy(x: torch.Tensor | np.ndarray | None) -> np.ndarray | None:
     return (x.float() if x.dtype in (torch.bfloat16, torch.float16) else x).numpy()
 
 
-def numpy_to_tensor(x: np.ndarray, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def numpy_to_tensor(
+    x: np.ndarray, device: str | torch.device | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """An array as a tensor, on `device` and in `dtype` if given."""
     return torch.as_tensor(x, device=device, dtype=dtype)
 
@@ -63,6 +65,18 @@ def get_hook_name_for_layer(template: str, layer: int, **kwargs) -> str:
 def get_model_info(model: Any) -> dict[str, Any]:
     """The config facts LIT shows about a model."""
     cfg = model.cfg
-    fields = ("model_name", "n_layers", "n_heads", "d_model", "d_head", "d_mlp", "d_vocab", "n_ctx", "act_fn",
-              "normalization_type", "positional_embedding_type", "device")
+    fields = (
+        "model_name",
+        "n_layers",
+        "n_heads",
+        "d_model",
+        "d_head",
+        "d_mlp",
+        "d_vocab",
+        "n_ctx",
+        "act_fn",
+        "normalization_type",
+        "positional_embedding_type",
+        "device",
+    )
     return {f: getattr(cfg, f, None) for f in fields}

@@ -6,12 +6,11 @@ through nnsight must give the logits of the same edit through `run_with_hooks`.
 
 from __future__ import annotations
 
+import nnsight  # noqa: E402  (dev extra)
 import pytest
 import torch
 
 from tests.unit.circuits_models import make_model
-
-import nnsight  # noqa: E402  (dev extra)
 
 FAMILIES = ["gpt2", "llama_gqa", "gemma_post_norm", "moe"]
 # the optional hook points: hook_attn_in and the split q/k/v inputs exclude each other
@@ -186,8 +185,9 @@ def test_skip_a_block(family):
     """`.skip(value)` bypasses a module: skipping block 1 with its input makes it an identity."""
     model = model_with(family, {})
     expected = model.run_with_hooks(
-        TOKENS, fwd_hooks=[("blocks.1.hook_resid_post", lambda x, hook: hook.ctx["pre"])]
-        + [("blocks.1.hook_resid_pre", lambda x, hook: model.blocks[1].hook_resid_post.ctx.update(pre=x.clone()))]
+        TOKENS,
+        fwd_hooks=[("blocks.1.hook_resid_post", lambda x, hook: hook.ctx["pre"])]
+        + [("blocks.1.hook_resid_pre", lambda x, hook: model.blocks[1].hook_resid_post.ctx.update(pre=x.clone()))],
     )
     nm = nnsight.NNsight(model)
     with torch.no_grad(), nm.trace(TOKENS) as tracer:
@@ -212,7 +212,12 @@ def test_skip_a_hook_point_replaces_it():
 def test_gradients_equal_backward_hooks(family):
     """`.grad` of hook points (a norm's scale and normalized input included) equals `hooked`'s backward hooks."""
     model = model_with(family, {})
-    names = ["blocks.0.attn.hook_pattern", "blocks.0.ln2.hook_scale", "blocks.1.ln1.hook_normalized", "blocks.1.hook_resid_mid"]
+    names = [
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.ln2.hook_scale",
+        "blocks.1.ln1.hook_normalized",
+        "blocks.1.hook_resid_mid",
+    ]
     grads: dict[str, torch.Tensor] = {}
 
     def keep(g, hook):
@@ -264,7 +269,7 @@ def test_tracer_cache_of_every_hook_point_equals_run_with_cache(family):
 def test_hooked_nnsight_inputs():
     """HookedNNsight: text as `to_tokens` gives it, one float input passed through, a clear error for batched floats."""
     from hooked.compat.nnsight import HookedNNsight
-    from hooked.errors import InputTypeError
+    from hooked.core.errors import InputTypeError
     from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
 
     model = hooked_from(tiny_gpt2(), tokenizer=make_tokenizer())

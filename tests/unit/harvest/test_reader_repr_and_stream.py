@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked.errors import InputError
+from hooked.core.errors import InputError
 from hooked.harvest import ActivationReader, harvest
 from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
@@ -13,8 +13,18 @@ from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixt
 @pytest.fixture(scope="module")
 def out(model, corpus_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("acts")
-    harvest(model, corpus_dir, HOOKS, path, context_length=8, batch_size=2, max_tokens=160, batches_per_shard=3,
-            dtype="float16", progress=False)
+    harvest(
+        model,
+        corpus_dir,
+        HOOKS,
+        path,
+        context_length=8,
+        batch_size=2,
+        max_tokens=160,
+        batches_per_shard=3,
+        dtype="float16",
+        progress=False,
+    )
     return path
 
 

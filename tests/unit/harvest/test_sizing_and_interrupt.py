@@ -46,7 +46,8 @@ def test_default_shards_are_a_twentieth_of_a_known_harvest_within_bounds():
 
 @pytest.mark.slow
 def test_harvest_of_known_size_defaults_to_about_twenty_shards_and_the_bar_has_its_total(
-        model, corpus_dir, tmp_path, monkeypatch, capsys):
+    model, corpus_dir, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(harvest_module, "MIN_SHARD_BYTES", 1)  # the tiny model's shards would be one file otherwise
     manifest = harvest_fn(model, corpus_dir, HOOKS, tmp_path / "a", context_length=8, batch_size=2)
     n_batches = -(-len(ActivationReader(tmp_path / "a").read_all("tokens")) // 8 // 2)
@@ -56,39 +57,68 @@ def test_harvest_of_known_size_defaults_to_about_twenty_shards_and_the_bar_has_i
     tokens = sum(s["tokens"] for s in manifest["shards"])
     bar = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]
     assert "100%" in bar, bar  # a total, so a percentage and an ETA
-    assert f"{tokens/1000:.2f}k/{tokens/1000:.2f}k" in bar or f"{tokens}/{tokens}" in bar, bar
+    assert f"{tokens / 1000:.2f}k/{tokens / 1000:.2f}k" in bar or f"{tokens}/{tokens}" in bar, bar
 
 
 def test_max_tokens_sizes_the_shards_without_tokenizing_a_large_corpus(model, corpus_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(harvest_module, "MIN_SHARD_BYTES", 1)
     monkeypatch.setattr(harvest_module, "PLAN_LIMIT_TOKENS", 20)  # the corpus counts as too large to count
-    manifest = harvest_fn(model, corpus_dir, HOOKS, tmp_path, context_length=8, batch_size=2, max_tokens=640,
-                          progress=False)
+    manifest = harvest_fn(
+        model, corpus_dir, HOOKS, tmp_path, context_length=8, batch_size=2, max_tokens=640, progress=False
+    )
     assert manifest["identity"]["batches_per_shard"] == -(-640 // 16 // SHARDS_PER_HARVEST)
     assert sum(s["tokens"] for s in manifest["shards"]) == 640
 
 
 def test_a_resumed_harvest_keeps_the_shard_size_it_started_with(model, corpus_dir, tmp_path, monkeypatch):
-    old = harvest_fn(model, corpus_dir, HOOKS, tmp_path, context_length=8, batch_size=2, max_tokens=320,
-                     batches_per_shard=7, progress=False)
+    old = harvest_fn(
+        model,
+        corpus_dir,
+        HOOKS,
+        tmp_path,
+        context_length=8,
+        batch_size=2,
+        max_tokens=320,
+        batches_per_shard=7,
+        progress=False,
+    )
     (tmp_path / old["shards"][-1]["file"]).unlink()  # as if the run had been killed before its last shard
     manifest = json.loads((tmp_path / writer.MANIFEST).read_text())
     manifest["shards"], manifest["complete"] = manifest["shards"][:-1], False
     (tmp_path / writer.MANIFEST).write_text(json.dumps(manifest))
-    resumed = harvest_fn(model, corpus_dir, HOOKS, tmp_path, context_length=8, batch_size=2, max_tokens=320,
-                         progress=False)  # no batches_per_shard: the stored 7, not today's default
+    resumed = harvest_fn(
+        model, corpus_dir, HOOKS, tmp_path, context_length=8, batch_size=2, max_tokens=320, progress=False
+    )  # no batches_per_shard: the stored 7, not today's default
     assert resumed["identity"]["batches_per_shard"] == 7 and resumed["complete"]
     assert [s["rows"] for s in resumed["shards"]] == [s["rows"] for s in old["shards"]]
 
 
 def _cli_args(model_dir, corpus_dir, out) -> list[str]:
-    return ["harvest", "--model", str(model_dir), "--corpus", str(corpus_dir), "--out", str(out),
-            "--hooks", ",".join(HOOKS), "--context-length", "8", "--batch-size", "2", "--batches-per-shard", "1",
-            "--max-tokens", "256", "--no-progress"]
+    return [
+        "harvest",
+        "--model",
+        str(model_dir),
+        "--corpus",
+        str(corpus_dir),
+        "--out",
+        str(out),
+        "--hooks",
+        ",".join(HOOKS),
+        "--context-length",
+        "8",
+        "--batch-size",
+        "2",
+        "--batches-per-shard",
+        "1",
+        "--max-tokens",
+        "256",
+        "--no-progress",
+    ]
 
 
-def test_ctrl_c_says_how_many_shards_were_kept_and_rerunning_resumes(model_dir, corpus_dir, tmp_path, monkeypatch,
-                                                                     capsys):
+def test_ctrl_c_says_how_many_shards_were_kept_and_rerunning_resumes(
+    model_dir, corpus_dir, tmp_path, monkeypatch, capsys
+):
     assert main(_cli_args(model_dir, corpus_dir, tmp_path / "full")) == 0
     forward, calls = harvest_module._forward, []
 
@@ -106,9 +136,11 @@ def test_ctrl_c_says_how_many_shards_were_kept_and_rerunning_resumes(model_dir, 
     kept = ActivationReader(out).shards
     assert len(kept) == 4  # shards (= batches) 0-3 written; batch 4 computed but not yet on the host, 5 interrupted
     tokens = sum(s["tokens"] for s in kept)
-    assert err == (f"hooked: interrupted: 4 complete shards ({tokens} of "
-                   f"{sum(s['tokens'] for s in ActivationReader(tmp_path / 'full').shards)} tokens) are kept in {out}; "
-                   f"rerun the same command to resume from there"), err
+    assert err == (
+        f"hooked: interrupted: 4 complete shards ({tokens} of "
+        f"{sum(s['tokens'] for s in ActivationReader(tmp_path / 'full').shards)} tokens) are kept in {out}; "
+        f"rerun the same command to resume from there"
+    ), err
     monkeypatch.setattr(harvest_module, "_forward", forward)
     assert main(_cli_args(model_dir, corpus_dir, out)) == 0
     assert_same_harvest(tmp_path / "full", out)
@@ -121,8 +153,13 @@ def test_harvest_interrupted_is_a_keyboard_interrupt():
 @pytest.mark.slow
 def test_a_real_sigint_to_the_cli_keeps_the_shards_and_says_so(model_dir, corpus_dir, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "hooked.cli"] + _cli_args(model_dir, corpus_dir, out),
-                            env=worker_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hooked.cli"] + _cli_args(model_dir, corpus_dir, out),
+        env=worker_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     start = time.monotonic()
     manifest = out / writer.MANIFEST
     while not (manifest.exists() and len(json.loads(manifest.read_text())["shards"]) >= 2):
@@ -139,8 +176,15 @@ def test_help_shows_defaults_and_what_a_txt_corpus_is(capsys):
     with pytest.raises(SystemExit):
         main(["harvest", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for shown in ("contexts per forward pass (default: 8)", "(default: float32)", "(default: all)",
-                  "(default: concat)", "a .txt file (one document: the whole file)", "one document per line",
-                  "a kill loses about 1/20 of the harvest (plus the batch in flight)", "Rerunning the same command resumes"):
+    for shown in (
+        "contexts per forward pass (default: 8)",
+        "(default: float32)",
+        "(default: all)",
+        "(default: concat)",
+        "a .txt file (one document: the whole file)",
+        "one document per line",
+        "a kill loses about 1/20 of the harvest (plus the batch in flight)",
+        "Rerunning the same command resumes",
+    ):
         assert shown in text, shown
     assert "(default: None)" not in text

@@ -13,9 +13,9 @@ import torch
 import torch.nn as nn
 
 from hooked import HookedTransformer
-from hooked.config import HookedTransformerConfig
-from hooked.errors import HookedError, InputError, ReplacedModuleError
-from hooked.hook_points import HookPoint
+from hooked.core.config import HookedTransformerConfig
+from hooked.core.errors import HookedError, InputError, ReplacedModuleError
+from hooked.core.hook_points import HookPoint
 
 
 def tiny_model(**overrides) -> HookedTransformer:

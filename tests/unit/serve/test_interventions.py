@@ -1,4 +1,4 @@
-"""hooked.interventions: each intervention equals the hand-written hook it stands for, and
+"""hooked.analysis.interventions: each intervention equals the hand-written hook it stands for, and
 survives a round trip through its data form (spec + tensors)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked import interventions as iv
-from hooked.errors import InputError
+from hooked.analysis import interventions as iv
+from hooked.core.errors import InputError
 from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
 
 
@@ -122,8 +122,10 @@ def test_chain_applies_in_order(model, tokens):
     torch.testing.assert_close(model.run_with_hooks(tokens, fwd_hooks=[(R, both)]), expected, rtol=1e-5, atol=1e-5)
     spec, tensors = both.to_spec()
     assert spec["op"] == "chain" and len(spec["items"]) == 2
-    assert torch.equal(model.run_with_hooks(tokens, fwd_hooks=[(R, iv.from_spec(spec, tensors))]),
-                       model.run_with_hooks(tokens, fwd_hooks=[(R, both)]))
+    assert torch.equal(
+        model.run_with_hooks(tokens, fwd_hooks=[(R, iv.from_spec(spec, tensors))]),
+        model.run_with_hooks(tokens, fwd_hooks=[(R, both)]),
+    )
 
 
 def test_steps_select_generation_steps(model):

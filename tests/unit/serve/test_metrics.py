@@ -1,12 +1,12 @@
-"""hooked.metrics: each declared metric equals its hand-written formula and survives its spec round trip."""
+"""hooked.analysis.metrics: each declared metric equals its hand-written formula and survives its spec round trip."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hooked import metrics
-from hooked.errors import InputError
+from hooked.analysis import metrics
+from hooked.core.errors import InputError
 from hooked.serve.app import parse_tokens
 
 LOGITS = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(0))
@@ -33,9 +33,16 @@ def test_projection():
     assert torch.equal(metrics.from_spec(*m.to_spec())(LOGITS), m(LOGITS))
 
 
-@pytest.mark.parametrize("spec", [{"op": "eval", "x": "1"}, {"op": "log_prob", "token": "1"},
-                                  {"op": "logit_diff", "correct": [], "incorrect": [1]},
-                                  {"op": "projection", "direction": "missing"}, ["log_prob"]])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"op": "eval", "x": "1"},
+        {"op": "log_prob", "token": "1"},
+        {"op": "logit_diff", "correct": [], "incorrect": [1]},
+        {"op": "projection", "direction": "missing"},
+        ["log_prob"],
+    ],
+)
 def test_bad_specs_are_refused(spec):
     with pytest.raises(InputError):
         metrics.from_spec(spec, {})
@@ -43,9 +50,15 @@ def test_bad_specs_are_refused(spec):
 
 def test_token_file_parsing():
     assert parse_tokens("# course\nalice 0123456789abcdef0\n\nbob fedcba98765432100") == {
-        "alice": "0123456789abcdef0", "bob": "fedcba98765432100"}
-    for bad in ("alice short", "alice 0123456789abcdef0 extra", "a/b 0123456789abcdef0",
-                "alice 0123456789abcdef0\nalice 0123456789abcdef1"):
+        "alice": "0123456789abcdef0",
+        "bob": "fedcba98765432100",
+    }
+    for bad in (
+        "alice short",
+        "alice 0123456789abcdef0 extra",
+        "a/b 0123456789abcdef0",
+        "alice 0123456789abcdef0\nalice 0123456789abcdef1",
+    ):
         with pytest.raises(Exception):
             parse_tokens(bad)
 

@@ -1,0 +1,82 @@
+"""The module paths `hooked` had before its subpackages, still importable.
+
+`import hooked.hook_points` and `from hooked.patching import ...` keep working: a
+`sys.meta_path` finder hands out the module that now does that job (the same module
+object, so `hooked.hook_points.HookPoint is hooked.core.hook_points.HookPoint`). New code
+imports the new paths; `hooked.utils` is the TransformerLens-compatible utilities
+(`hooked.compat.utils`, which holds everything in `hooked.core.utils` too).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+# old path -> the module that now does its job
+MOVED_MODULES: dict[str, str] = {
+    "hooked.activation_cache": "hooked.analysis.activation_cache",
+    "hooked.cache_analysis": "hooked.analysis.cache_analysis",
+    "hooked.config": "hooked.core.config",
+    "hooked.dtypes": "hooked.core.dtypes",
+    "hooked.encoder_loading": "hooked.loading.encoder_checkpoints",
+    "hooked.encoder_weights": "hooked.models.stacked_weights_mixin",
+    "hooked.errors": "hooked.core.errors",
+    "hooked.factored_matrix": "hooked.core.factored_matrix",
+    "hooked.fast_attributes": "hooked.core.fast_attributes",
+    "hooked.head_detector": "hooked.analysis.head_detector",
+    "hooked.hook_points": "hooked.core.hook_points",
+    "hooked.hooked_audio_encoder": "hooked.models.hooked_audio_encoder",
+    "hooked.hooked_encoder": "hooked.models.hooked_encoder",
+    "hooked.hooked_encoder_decoder": "hooked.models.hooked_encoder_decoder",
+    "hooked.hooked_transformer": "hooked.models.hooked_transformer",
+    "hooked.inspection": "hooked.analysis.inspection",
+    "hooked.interventions": "hooked.analysis.interventions",
+    "hooked.metrics": "hooked.analysis.metrics",
+    "hooked.next_sentence_prediction": "hooked.models.next_sentence_prediction",
+    "hooked.past_key_value_caching": "hooked.generation.kv_cache",
+    "hooked.patching": "hooked.analysis.patching",
+    "hooked.processing_mixin": "hooked.models.weight_processing_mixin",
+    "hooked.sampling": "hooked.generation.sampling",
+    "hooked.scale.dispatch": "hooked.placement.dispatch",
+    "hooked.scale.placement": "hooked.placement.plan",
+    "hooked.static_generation": "hooked.generation.static_cache",
+    "hooked.thread_guard": "hooked.core.thread_guard",
+    "hooked.token_index_mixin": "hooked.models.tokenizer_mixin",
+    "hooked.tokenization": "hooked.models.tokenization",
+    "hooked.tokenizer_mixin": "hooked.models.tokenizer_mixin",
+    "hooked.utils": "hooked.compat.utils",
+    "hooked.validation": "hooked.core.validation",
+    "hooked.weight_processing": "hooked.processing.steps",
+    "hooked.weight_views": "hooked.models.weight_views_mixin",
+}
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads an old path as the module it moved to (no new module object)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass  # already executed under its own name
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Answers only the paths in `MOVED_MODULES`; every other import goes on to the next finder."""
+
+    def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(MOVED_MODULES[fullname]))
+
+
+def install() -> None:
+    """Put the finder on `sys.meta_path` once (called by `hooked/__init__.py`)."""
+    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedModuleFinder())

@@ -1,0 +1,816 @@
+"""Text generation: a KV-cached decoding loop with hooks and activation caches across every step.
+
+One call runs like this (docs/generation.md):
+
+    prompt     --prefill, step 0-->   logits [b, V]  --sample-->  token 1
+    token 1    --step 1 ---------->   logits [b, V]  --sample-->  token 2
+    ...
+    token N-1  --step N-1 -------->   logits [b, V]  --sample-->  token N   (never fed back)
+
+Every forward appends its keys and values to a `HookedTransformerKeyValueCache`, so a
+step costs one position instead of the whole sequence. `use_past_kv_cache=False`
+re-runs the full sequence at every step instead: same tokens and logits, slower.
+
+Hooks passed as `fwd_hooks` stay on the model for the whole call. With the KV cache
+they see only the positions fed at that step (`[b, prompt, ...]` at the prefill, then
+`[b, 1, ...]`), and `model.forward_state.step` says which step it is;
+`hooked.core.utils.at_steps` restricts a hook to chosen steps. Without the cache every
+step feeds (and hooks see) the whole sequence so far. `return_cache=True` stitches the
+per-step activations into one `ActivationCache` equal to `run_with_cache` on the
+sequence that was fed.
+
+Batches are left-padded, so the last column is every row's newest real token; a row
+that samples a stop token keeps running, with its later tokens forced to the pad EOS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Int
+from tqdm.auto import tqdm
+
+from hooked.analysis.activation_cache import ActivationCache
+from hooked.components.rotary import longrope_switches
+from hooked.core.errors import AttentionMaskError, GenerationHookError, InputError
+from hooked.core.utils import USE_DEFAULT_VALUE, AtSteps
+from hooked.core.validation import (
+    check_generate_args,
+    check_hook_pairs,
+    check_model_input,
+    check_names_filter,
+    check_token_range,
+    mask_dtype_check,
+    mask_is_all_ones,
+)
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache
+from hooked.generation.sampling import (  # noqa: F401  (re-exported: they were importable from here)
+    _check_sampling,
+    apply_freq_penalty,
+    apply_repetition_penalty,
+    sample_next_token,
+    token_counts,
+    top_k_filter,
+    top_p_filter,
+)
+from hooked.generation.static_cache import (
+    DeviceStepGate,
+    StaticCacheOptions,
+    StaticRecorder,
+    decode_step,
+    is_compile_safe,
+    warn_python_hooks,
+)
+
+logger = logging.getLogger(__name__)
+
+RETURN_TYPES = ("input", "str", "tokens", "embeds")
+
+
+# =========================================================================================
+# The prompt: tokens or embeddings, always with a left-padding mask
+# =========================================================================================
+@dataclass
+class Prompt:
+    """What the prefill feeds: token ids or token embeddings, and a mask of its real positions.
+
+    `kind` is the input's kind ("str", "list", "tokens" or "embeds"); it decides what
+    `return_type="input"` gives back.
+    """
+
+    kind: str
+    tokens: Int[torch.Tensor, "batch pos"] | None
+    embeds: Float[torch.Tensor, "batch pos d_model"] | None
+    mask: Int[torch.Tensor, "batch pos"]
+
+    @property
+    def input(self) -> torch.Tensor:
+        return self.tokens if self.tokens is not None else self.embeds
+
+    @property
+    def batch(self) -> int:
+        return self.input.shape[0]
+
+    @property
+    def length(self) -> int:
+        return self.input.shape[1]
+
+
+def check_left_padded(mask: Int[torch.Tensor, "batch pos"]) -> None:
+    """Raise unless every row is zeros then ones (left padding) with at least one real token."""
+    right_padded = (mask[:, 1:] < mask[:, :-1]).any(dim=-1)  # a 1 followed by a 0
+    if right_padded.any():
+        rows = right_padded.nonzero().flatten().tolist()
+        raise AttentionMaskError(
+            f"generate needs left padding, but attention_mask rows {rows} have a 0 after a 1. "
+            "Tokenize with padding_side='left' (list[str] input is always left-padded)."
+        )
+    if not mask[:, -1].all():
+        raise AttentionMaskError("attention_mask has a row with no real token")
+
+
+def prepare_prompt(
+    model, input, prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE, attention_mask=None
+) -> Prompt:
+    """Tokenize text (always left-padded), add a batch axis to 1-D tokens, and settle the mask.
+
+    Raw token input without a mask gets `forward`'s pad-id inference (only when the
+    padding side resolves to left), else a mask of ones.
+    """
+    device = model.input_device
+    tokens, embeds, mask = None, None, attention_mask
+    unbatched_embeds = isinstance(input, torch.Tensor) and input.is_floating_point() and input.ndim == 2
+    check_model_input(input[None] if unbatched_embeds else input, model.cfg.d_model)
+    if mask is not None:
+        mask_is_all_ones(mask_dtype_check(mask))
+    if isinstance(input, (str, list)):
+        kind = "str" if isinstance(input, str) else "list"
+        tokens, text_mask = model.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
+        mask = text_mask if mask is None else mask
+    elif input.is_floating_point():
+        kind, embeds = "embeds", (input[None] if input.ndim == 2 else input).to(device)  # [batch, pos, d_model]
+    else:
+        kind, tokens = "tokens", (input[None] if input.ndim == 1 else input).to(device)  # [batch, pos]
+        check_token_range(tokens, model.cfg.d_vocab, "input")
+        if mask is None:
+            mask = model._infer_mask(tokens, prepend_bos, padding_side, None, None)
+    shape = (tokens if tokens is not None else embeds).shape[:2]
+    if shape[1] == 0:
+        raise ValueError("generate needs at least one prompt position (pass prepend_bos=True for an empty string)")
+    mask = torch.ones(shape, dtype=torch.long, device=device) if mask is None else mask.to(device).long()
+    if mask.shape != shape:
+        raise AttentionMaskError(f"attention_mask has shape {tuple(mask.shape)}, the prompt {tuple(shape)}")
+    check_left_padded(mask)
+    return Prompt(kind, tokens, embeds, mask)
+
+
+# =========================================================================================
+# Options and the growing state of one call
+# =========================================================================================
+@dataclass(frozen=True)
+class _Options:
+    max_new_tokens: int
+    use_past_kv_cache: bool
+    stop_ids: torch.Tensor | None  # [n_stop]; None when not stopping at EOS
+    pad_id: int | None  # what finished rows keep emitting
+    sampling: dict = field(default_factory=dict)  # keyword arguments of sample_next_token
+    output_logits: bool = False
+    verbose: bool = True
+    static: bool = False  # cache_implementation="static"
+    compile: bool = False  # compile the static path's decode step
+    static_options: StaticCacheOptions = field(default_factory=StaticCacheOptions)
+
+
+def _stop_tokens(model, stop_at_eos: bool, eos_token_id) -> tuple[list[int] | None, int | None]:
+    """(stop ids, pad id) as TransformerLens: an int is its own pad; a list pads with the tokenizer EOS."""
+    if not stop_at_eos:
+        return None, None
+    tokenizer_eos = None if model.tokenizer is None else model.tokenizer.eos_token_id
+    if eos_token_id is None:
+        if tokenizer_eos is None:
+            raise ValueError("stop_at_eos=True needs eos_token_id= when the model has no tokenizer EOS")
+        eos_token_id = tokenizer_eos
+    if isinstance(eos_token_id, int):
+        return [eos_token_id], eos_token_id
+    ids = [int(i) for i in eos_token_id]
+    return ids, tokenizer_eos if tokenizer_eos is not None else ids[0]
+
+
+@dataclass
+class _Progress:
+    """Everything fed or generated so far, in buffers sized for the whole call.
+
+    `tokens` and `mask` are `[batch, prompt + max_new_tokens]`; the first `length`
+    columns are filled. For embeddings input the prompt columns of `tokens` are
+    placeholders (0).
+    """
+
+    prompt: Prompt
+    tokens: Int[torch.Tensor, "batch total"]
+    mask: Int[torch.Tensor, "batch total"]
+    finished: Bool[torch.Tensor, "batch"]
+    length: int
+    logits: list[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, prompt: Prompt, max_new_tokens: int) -> _Progress:
+        b, p, device = prompt.batch, prompt.length, prompt.mask.device
+        tokens = torch.zeros(b, p + max_new_tokens, dtype=torch.long, device=device)
+        if prompt.tokens is not None:
+            tokens[:, :p] = prompt.tokens
+        mask = torch.cat([prompt.mask, torch.ones(b, max_new_tokens, dtype=torch.long, device=device)], dim=1)
+        return cls(prompt, tokens, mask, torch.zeros(b, dtype=torch.bool, device=device), p)
+
+    @property
+    def n_new(self) -> int:
+        return self.length - self.prompt.length
+
+    @property
+    def new_tokens(self) -> Int[torch.Tensor, "batch new"]:
+        return self.tokens[:, self.prompt.length : self.length]
+
+    def history(self) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
+        """The tokens the penalties look at (embeddings input: only the generated ones) and their mask."""
+        start = 0 if self.prompt.tokens is not None else self.prompt.length
+        return self.tokens[:, start : self.length], self.mask[:, start : self.length]
+
+    def sequences(self) -> Int[torch.Tensor, "batch pos"]:
+        """Prompt + generated tokens (left padding kept); only the generated ones for embeddings input."""
+        return self.tokens[:, : self.length] if self.prompt.tokens is not None else self.new_tokens
+
+    def append(self, next_tokens: Int[torch.Tensor, "batch"], stop_ids: torch.Tensor | None) -> None:
+        self.tokens[:, self.length] = next_tokens
+        self.length += 1
+        if stop_ids is not None:
+            self.finished |= torch.isin(next_tokens, stop_ids)
+
+
+# =========================================================================================
+# Recording activations across steps
+# =========================================================================================
+class _StepRecorder:
+    """Caching hooks that keep every step's activations, then stitch them into one cache.
+
+    With the KV cache, step t's activations cover only its new positions, so per-position
+    hooks are concatenated along their position axis, and the `[b, H, q_new, k_total]`
+    attention scores/patterns are placed as row blocks of a `[b, H, P, P]` square whose
+    never-computed upper triangle is what the full forward has there (-inf scores, 0
+    pattern). Without the KV cache the last forward already covers every position.
+    """
+
+    def __init__(self, model, names_filter, device, incremental: bool):
+        self.names = model._names_from_filter(names_filter)
+        self.pos_axis = {name: model.hook_dict[name].pos_axis for name in self.names}
+        self.device, self.incremental = device, incremental
+        self.chunks: dict[str, list[torch.Tensor]] = defaultdict(list)
+
+    def hooks(self) -> list[tuple[str, Callable]]:
+        return [(name, self._save) for name in self.names]
+
+    def _save(self, tensor: torch.Tensor, *, hook) -> None:
+        t = tensor.detach() if self.device is None else tensor.detach().to(self.device)
+        if self.incremental:
+            self.chunks[hook.name].append(t)
+        else:
+            self.chunks[hook.name] = [t]
+
+    def assemble(self) -> dict[str, torch.Tensor]:
+        return {name: self._stitch(name, chunks) for name, chunks in self.chunks.items()}
+
+    def _stitch(self, name: str, chunks: list[torch.Tensor]) -> torch.Tensor:
+        if name.endswith(("hook_attn_scores", "hook_pattern")):
+            return stitch_attention(chunks, float("-inf") if name.endswith("hook_attn_scores") else 0.0)
+        return torch.cat(chunks, dim=self.pos_axis[name] or 0)
+
+
+def stitch_attention(
+    chunks: Sequence[Float[torch.Tensor, "batch head q_new k_total"]], fill: float
+) -> Float[torch.Tensor, "batch head pos pos"]:
+    """Place each step's query rows `[k_total - q_new, k_total)` of a square, the rest `fill`."""
+    n = chunks[-1].shape[-1]
+    square = chunks[0].new_full((*chunks[0].shape[:2], n, n), fill)  # [batch, head, query, key]
+    for chunk in chunks:
+        k_total, q_new = chunk.shape[-1], chunk.shape[-2]
+        square[:, :, k_total - q_new : k_total, :k_total] = chunk
+    return square
+
+
+# =========================================================================================
+# The decoding loop
+# =========================================================================================
+def _forward_step(model, progress: _Progress, step: int, kv_cache) -> Float[torch.Tensor, "batch d_vocab"]:
+    """Last-position logits after feeding what this step needs.
+
+    With the KV cache: the prompt at step 0, then only the newest token (its mask, 1,
+    is appended by the cache). Without it: the whole sequence so far, every step.
+    """
+    prompt = progress.prompt
+    if kv_cache is not None and step > 0 and longrope_switches(model.cfg, kv_cache.n_cached, progress.length):
+        kv_cache = _restart(kv_cache)  # LongRoPE's long factors from here on: recompute every key, as HF
+        fed = (
+            progress.sequences()
+            if prompt.embeds is None
+            else torch.cat([prompt.embeds, model.embed(progress.new_tokens)], 1)
+        )
+        return model(fed, attention_mask=progress.mask[:, : progress.length], past_kv_cache=kv_cache, logits_to_keep=1)[
+            :, -1
+        ]
+    if kv_cache is not None and step > 0:
+        newest = progress.tokens[:, progress.length - 1 : progress.length]  # [batch, 1]
+        return model(newest, past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
+    if kv_cache is not None:
+        return model(prompt.input, attention_mask=prompt.mask, past_kv_cache=kv_cache, logits_to_keep=1)[:, -1]
+    fed = progress.sequences()
+    if prompt.embeds is not None:  # embeddings of the prompt, then of the generated tokens
+        fed = torch.cat([prompt.embeds, model.embed(progress.new_tokens)], dim=1)  # [batch, length, d_model]
+    return model(fed, attention_mask=progress.mask[:, : progress.length], step=step, logits_to_keep=1)[:, -1]
+
+
+def _restart(kv_cache):
+    """Empty the cache in place (its buffers are kept)."""
+    for entry in kv_cache.entries:
+        entry.length = 0
+    kv_cache.previous_attention_mask = kv_cache.previous_attention_mask[:, :0]
+    return kv_cache
+
+
+def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, opts: _Options):
+    """Sample (or argmax) one token per row; rows already finished emit the pad EOS."""
+    history, history_mask = progress.history()
+    next_tokens = sample_next_token(logits, history, history_mask, **opts.sampling)
+    if opts.stop_ids is not None:
+        next_tokens = next_tokens.masked_fill(progress.finished, opts.pad_id)
+    return next_tokens
+
+
+@contextlib.contextmanager
+def _name_decode_hook_errors(step: int, one_position: bool):
+    """Turn a hook's shape or index error at a decode step into one naming the hook, the step and the fix.
+
+    With the KV cache a decode step feeds only the new token, so a hook that indexes fixed
+    prompt positions (`resid[:, 1:4] += v`) works at the prefill and fails at step 1.
+    """
+    try:
+        yield
+    except (RuntimeError, IndexError) as e:
+        hook_point = getattr(e, "hook_point_name", None)
+        if step == 0 or not one_position or hook_point is None:
+            raise
+        raise GenerationHookError(
+            f"Hook {e.hook_fn_name!r} on {hook_point!r} failed at generation step {step}: decode steps feed only "
+            f"the newest token, so activations there are [batch, 1, ...] ({type(e).__name__}: {e}). To edit the "
+            "prompt only, wrap the hook: hooked.core.utils.at_steps(hook, 0); to edit every step, index positions "
+            "from the end (act[:, -1]) or use model.forward_state.positions."
+        ) from e
+
+
+def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+    """Yield each step's `[batch]` tokens; return the final `_Progress`.
+
+    `hooks` (the user's, then any recorder's) stay on the model from the first step
+    until the generator finishes, fails or is closed. Inference mode is entered per
+    step, never across a `yield`, so a consumer of `generate_stream` is unaffected.
+    """
+    if opts.static:
+        return (yield from _decode_static(model, prompt, opts, hooks))
+    progress = _Progress.start(prompt, opts.max_new_tokens)
+    at_steps_hooks = [fn for _, fn in hooks if isinstance(fn, AtSteps)]
+    for fn in at_steps_hooks:
+        fn.model = model
+        fn.reset()
+    kv_cache = None
+    if opts.use_past_kv_cache:
+        capacity = prompt.length + opts.max_new_tokens
+        kv_cache = HookedTransformerKeyValueCache.init_cache(
+            model.cfg, prompt.mask.device, prompt.batch, capacity=capacity
+        )
+    bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
+    try:
+        with model.hooks(hooks):
+            for step in range(opts.max_new_tokens):
+                with (
+                    torch.inference_mode(),
+                    _name_decode_hook_errors(step, kv_cache is not None),
+                    model.generate_step(step),
+                ):
+                    logits = _forward_step(model, progress, step, kv_cache)
+                    next_tokens = _next_tokens(logits, progress, opts)
+                    next_tokens = model.agree_on_tokens(next_tokens)  # a pipeline: the last stage's, on every rank
+                    if opts.output_logits:
+                        progress.logits.append(logits.clone())
+                    progress.append(next_tokens, opts.stop_ids)
+                bar.update(1)
+                yield next_tokens
+                if opts.stop_ids is not None and bool(progress.finished.all()):
+                    break
+    finally:
+        bar.close()
+        model.forward_state = None  # release the KV cache it references
+    for fn in at_steps_hooks:
+        fn.check()
+    return progress
+
+
+# =========================================================================================
+# The static-cache loop: fixed shapes, an optionally compiled decode step
+# =========================================================================================
+def _static_hooks(model, hooks: list, n_steps: int, device) -> tuple[list, list, list]:
+    """`(hooks to attach, device step gates, Python hooks)`: `at_steps` around compile-safe hooks becomes a gate."""
+    attached, gates, python = [], [], []
+    for name, fn in hooks:
+        if isinstance(fn, AtSteps) and is_compile_safe(fn):
+            fn.model = model
+            fn.reset()
+            gate = DeviceStepGate(fn, model, n_steps, device)
+            attached.append((name, gate))
+            gates.append(gate)
+            continue
+        if isinstance(fn, AtSteps):
+            fn.model = model
+            fn.reset()
+        attached.append((name, fn))
+        if not is_compile_safe(fn):
+            python.append((name, fn))
+    python += [
+        (hp.name, fn) for hp in model.hook_dict.values() for fn in hp._fwd_fns.values() if not is_compile_safe(fn)
+    ]
+    return attached, gates, python
+
+
+def _check_static(model, prompt: Prompt, capacity: int) -> None:
+    if longrope_switches(model.cfg, prompt.length, capacity):
+        raise InputError(
+            "cache_implementation='static' cannot cross LongRoPE's switch to its long factors (at "
+            f"{model.cfg.rotary_scaling['original_max_position_embeddings']} positions; this call may reach "
+            f"{capacity}): the cached keys would need recomputing. Use the default cache, or fewer max_new_tokens."
+        )
+
+
+def _decode_static(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+    """`_decode` with a `StaticKeyValueCache`: an eager prefill, then fixed-shape (compiled) decode steps.
+
+    Tokens are sampled on the device; whether every row has stopped is read once every
+    `stop_check_interval` steps, and steps past the stop are dropped, so tokens are yielded
+    in chunks at those checks.
+    """
+    progress = _Progress.start(prompt, opts.max_new_tokens)
+    device, capacity = prompt.mask.device, prompt.length + opts.max_new_tokens
+    _check_static(model, prompt, capacity)
+    cache = StaticKeyValueCache(model.cfg, prompt.batch, capacity, device)
+    hooks, gates, python = _static_hooks(model, hooks, opts.max_new_tokens, device)
+    if opts.compile and python:
+        warn_python_hooks(python)
+    step_fn = decode_step(cache, opts.compile and not python, opts.static_options)
+    all_done = torch.zeros(opts.max_new_tokens, dtype=torch.bool, device=device)  # [step]: every row stopped
+    pending: list[torch.Tensor] = []
+    interval = opts.static_options.stop_check_interval
+    bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
+    try:
+        with model.hooks(hooks):
+            for step in range(opts.max_new_tokens):
+                with torch.inference_mode(), _name_decode_hook_errors(step, True):
+                    if step == 0:
+                        logits = model(prompt.input, attention_mask=prompt.mask, past_kv_cache=cache, logits_to_keep=1)
+                        logits = logits[:, -1]  # [batch, d_vocab]
+                    else:
+                        logits = step_fn(model, next_tokens[:, None], cache)  # [batch, d_vocab]
+                    next_tokens = _next_tokens(logits, progress, opts)
+                    if opts.output_logits:
+                        progress.logits.append(logits.clone())
+                    progress.append(next_tokens, opts.stop_ids)
+                    if opts.stop_ids is not None:
+                        all_done[step] = progress.finished.all()
+                pending.append(next_tokens)
+                bar.update(1)
+                if (step + 1) % interval and step < opts.max_new_tokens - 1:
+                    continue
+                stopped_at = _first_stop(all_done[: step + 1]) if opts.stop_ids is not None else None
+                if stopped_at is not None:
+                    yield from pending[: len(pending) - (step - stopped_at)]
+                    _trim(progress, prompt.length + stopped_at + 1)
+                    break
+                yield from pending
+                pending = []
+    finally:
+        bar.close()
+        model.forward_state = None
+    for gate in gates:
+        gate.record_ran(progress.n_new)
+    for fn in [fn for _, fn in hooks if isinstance(fn, AtSteps)] + [gate.at for gate in gates]:
+        fn.check()
+    return progress
+
+
+def _first_stop(all_done: Bool[torch.Tensor, "step"]) -> int | None:
+    """The first step after which every row had stopped, or None (one host sync)."""
+    if not bool(all_done.any()):
+        return None
+    return int(all_done.int().argmax())
+
+
+def _trim(progress: _Progress, length: int) -> None:
+    """Drop the tokens (and logits) generated after every row had stopped."""
+    progress.logits = progress.logits[: length - progress.prompt.length]
+    progress.length = length
+
+
+# =========================================================================================
+# Outputs
+# =========================================================================================
+@dataclass
+class GenerationOutput:
+    """The structured result of `generate(..., output_logits=True)` or `return_cache=True`.
+
+    Attributes:
+        sequences: `[b, prompt + new]` tokens, left padding kept (embeddings input:
+            `[b, new]`).
+        text: each row of `sequences` decoded with `skip_special_tokens=True` (None
+            without a tokenizer).
+        logits: one `[b, V]` tensor per generated token: the last-position logits it
+            was sampled from (after the output soft-cap, before any sampling step).
+        cache: with `return_cache`, the activations of every fed position (docs/generation.md).
+        attention_mask: `[b, prompt + new]`, 1 for real tokens.
+        finished: `[b]`, True for rows that produced a stop token.
+    """
+
+    sequences: Int[torch.Tensor, "batch pos"]
+    text: list[str] | None
+    logits: tuple[Float[torch.Tensor, "batch d_vocab"], ...] | None
+    cache: ActivationCache | None
+    attention_mask: Int[torch.Tensor, "batch pos"]
+    finished: Bool[torch.Tensor, "batch"]
+
+
+def _decode_text(model, tokens: Int[torch.Tensor, "batch pos"]) -> list[str]:
+    return [model.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+
+
+def _format(model, progress: _Progress, return_type: str):
+    """The tokens, text or token embeddings that `return_type` asks for.
+
+    Runs outside inference mode and returns fresh tensors, so results can feed later
+    autograd-tracked forwards (inference-mode tensors cannot).
+    """
+    prompt = progress.prompt
+    if return_type == "input":
+        return_type = {"str": "str", "list": "str", "tokens": "tokens", "embeds": "embeds"}[prompt.kind]
+    if return_type == "tokens":
+        return progress.sequences().clone()
+    if return_type == "str":
+        texts = _decode_text(model, progress.sequences())
+        if prompt.kind == "str" or (prompt.kind != "list" and len(texts) == 1):
+            return texts[0]
+        return texts
+    with torch.no_grad():
+        if prompt.embeds is None:
+            return model.embed(progress.sequences().clone())  # [batch, prompt + new, d_model]
+        new_embeds = model.embed(progress.new_tokens.clone())  # [batch, new, d_model]
+        return torch.cat([prompt.embeds, new_embeds], dim=1)  # [batch, prompt + new, d_model]
+
+
+def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> GenerationOutput:
+    """Assemble the `GenerationOutput` (outside inference mode: every tensor is a fresh, ordinary one)."""
+    cache = None
+    if recorder is not None:
+        n_fed = progress.length - 1  # the last sampled token is never fed
+        recorded = recorder.assemble(n_fed) if isinstance(recorder, StaticRecorder) else recorder.assemble()
+        cache = ActivationCache(model.shared_cache_dict(recorded), model)
+        cache.attention_mask = progress.mask[:, :n_fed].clone()
+        cache.tokens = progress.tokens[:, :n_fed].clone() if progress.prompt.tokens is not None else None
+    sequences = progress.sequences().clone()
+    return GenerationOutput(
+        sequences=sequences,
+        text=_decode_text(model, sequences) if model.tokenizer is not None else None,
+        logits=tuple(t.clone() for t in progress.logits) if progress.logits else None,
+        cache=cache,
+        attention_mask=progress.mask[:, : progress.length].clone(),
+        finished=progress.finished.clone(),
+    )
+
+
+# =========================================================================================
+# Public entry points
+# =========================================================================================
+@dataclass
+class _Call:
+    """A validated generate call: the prompt, the loop options and the hooks to attach."""
+
+    prompt: Prompt
+    opts: _Options
+    hooks: list
+    recorder: _StepRecorder | StaticRecorder | None
+
+
+def _prepare(
+    model, input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature, freq_penalty,
+    use_past_kv_cache, prepend_bos, padding_side, return_type, verbose, repetition_penalty, attention_mask,
+    fwd_hooks, return_cache, names_filter, device, output_logits, generator, seed,
+    cache_implementation=None, compile=None, static_options=None,
+) -> _Call:  # fmt: skip
+    if return_type not in RETURN_TYPES:
+        raise InputError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+    check_generate_args(
+        max_new_tokens, temperature, top_k, top_p, freq_penalty, repetition_penalty, seed, eos_token_id,
+        model.cfg.d_vocab_out,
+    )  # fmt: skip
+    fwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks")
+    if return_cache:
+        names_filter = check_names_filter(names_filter)
+    if any(hp.bwd_hooks for hp in model.hook_dict.values()):
+        raise ValueError(
+            "generate runs under torch.inference_mode, where backward hooks never fire: remove them first "
+            "(model.reset_hooks(direction='bwd'))."
+        )
+    prompt = prepare_prompt(model, input, prepend_bos, padding_side, attention_mask)
+    if generator is None and seed is not None:
+        generator = torch.Generator(device=prompt.mask.device).manual_seed(seed)
+    stop_ids, pad_id = _stop_tokens(model, stop_at_eos, eos_token_id)
+    sampling = dict(
+        do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature, generator=generator,
+        freq_penalty=freq_penalty if prompt.tokens is not None else 0.0,  # TransformerLens: token input only
+        repetition_penalty=repetition_penalty,
+    )  # fmt: skip
+    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=prompt.mask.device)
+    static, compile = _static_choice(cache_implementation, compile, use_past_kv_cache, prompt.mask.device)
+    static_options = StaticCacheOptions() if static_options is None else static_options
+    opts = _Options(
+        max_new_tokens, use_past_kv_cache, stop_tensor, pad_id, sampling, output_logits, verbose, static, compile,
+        static_options,
+    )  # fmt: skip
+    recorder = None
+    if return_cache and static:
+        names = model._names_from_filter(names_filter)
+        recorder = StaticRecorder(model, names, prompt.length + max_new_tokens, device)
+    elif return_cache:
+        recorder = _StepRecorder(model, names_filter, device, use_past_kv_cache)
+    hooks = list(fwd_hooks) + (recorder.hooks() if recorder is not None else [])
+    return _Call(prompt, opts, hooks, recorder)
+
+
+def _static_choice(cache_implementation, compile, use_past_kv_cache: bool, device) -> tuple[bool, bool]:
+    """`(static cache?, compile its decode step?)`; compile defaults to True on CUDA, False elsewhere."""
+    if cache_implementation not in (None, "dynamic", "static"):
+        raise InputError(f"cache_implementation must be None, 'dynamic' or 'static', got {cache_implementation!r}")
+    static = cache_implementation == "static"
+    if not static:
+        if compile:
+            raise InputError("compile=True compiles the static-cache decode step: pass cache_implementation='static'")
+        return False, False
+    if not use_past_kv_cache:
+        raise InputError("cache_implementation='static' is a KV cache: it needs use_past_kv_cache=True")
+    return True, (torch.device(device).type == "cuda") if compile is None else bool(compile)
+
+
+def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def generate(
+    model,
+    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    max_new_tokens: int = 10,
+    stop_at_eos: bool = True,
+    eos_token_id: int | list[int] | None = None,
+    do_sample: bool = True,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    freq_penalty: float = 0.0,
+    use_past_kv_cache: bool = True,
+    prepend_bos=USE_DEFAULT_VALUE,
+    padding_side=USE_DEFAULT_VALUE,
+    return_type: str = "input",
+    verbose: bool = True,
+    *,
+    repetition_penalty: float = 1.0,
+    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+    return_cache: bool = False,
+    names_filter=None,
+    device=None,
+    output_logits: bool = False,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    cache_implementation: str | None = None,
+    compile: bool | None = None,
+    static_options: StaticCacheOptions | None = None,
+):
+    """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (docs/generation.md).
+
+    Each step runs one forward over the newest position only (the KV cache holds the rest), samples
+    a token from the last position's logits, and feeds it back. Hooks stay active on every step.
+
+    Args:
+        model: the `HookedTransformer` to sample from.
+        input: text, a list of texts (always left-padded), tokens `[batch, pos]` or `[pos]`
+            (with an optional left-padding `attention_mask`), or embeddings `[batch, pos, d_model]`.
+        max_new_tokens: the most tokens to add; fewer if every row stops early.
+        stop_at_eos: finish a row when it samples a stop id; it then emits the pad EOS.
+        eos_token_id: the stop id, or a list of them (None: the tokenizer's EOS).
+        do_sample: sample (the default, as in TransformerLens) or take the argmax (False).
+        top_k: keep only the k most likely tokens before sampling.
+        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
+        temperature: divide the logits by it; 0 means greedy.
+        freq_penalty: subtract `freq_penalty * count` for each token already in the row.
+        use_past_kv_cache: feed one token per step (True) or the whole sequence each step.
+        prepend_bos: add BOS to text input (None: the model's default).
+        padding_side: pad inference for raw tokens without a mask (text is left-padded regardless).
+        return_type: "input" (the input's kind), "str", "tokens" or "embeds".
+        verbose: show a tqdm progress bar.
+        repetition_penalty: divide positive (multiply negative) logits of tokens already in the row.
+        attention_mask: `[batch, pos]` 0/1 mask of left-padded token input.
+        fwd_hooks: `(name or filter, fn)` pairs active from the prefill to the last step,
+            removed afterwards (also on error). `model.forward_state.step` is 0 at the
+            prefill and t at step t; see `hooked.core.utils.at_steps`.
+        return_cache: record the activations of every fed position after all interventions,
+            as `run_with_cache(sequence[:, :-1])` would.
+        names_filter: which hooks `return_cache` records (as `run_with_cache`).
+        device: where `return_cache` stores the activations.
+        output_logits: also return each step's pre-sampling logits `[batch, d_vocab]`.
+        generator: the `torch.Generator` to sample with.
+        seed: make a generator seeded with this value.
+        cache_implementation: None/"dynamic" (a cache that grows) or "static" (HF's name):
+            a preallocated cache of prompt + max_new_tokens positions and fixed-shape decode
+            steps, see `hooked.generation.static_cache` and docs/compiled.md.
+        compile: with the static cache, `torch.compile` the decode step (default: True on
+            CUDA, False elsewhere). Hooks that are not declarative keep the steps eager.
+        static_options: `StaticCacheOptions` (stop-check interval, compile mode).
+
+    The sampling steps run in the order given in docs/generation.md ("Sampling order").
+
+    Returns:
+        The `return_type` output, or a `GenerationOutput` if `output_logits` or
+        `return_cache` is set.
+    """
+    call = _prepare(model, **_arguments(locals()))
+    with torch.inference_mode():
+        progress = _drain(_decode(model, call.prompt, call.opts, call.hooks))
+    if output_logits or return_cache:
+        return _structured(model, progress, call.recorder)
+    return _format(model, progress, return_type)
+
+
+def generate_stream(
+    model,
+    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    max_new_tokens: int = 10,
+    stop_at_eos: bool = True,
+    eos_token_id: int | list[int] | None = None,
+    do_sample: bool = True,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    temperature: float = 1.0,
+    freq_penalty: float = 0.0,
+    use_past_kv_cache: bool = True,
+    prepend_bos=USE_DEFAULT_VALUE,
+    padding_side=USE_DEFAULT_VALUE,
+    return_type: str = "input",
+    verbose: bool = False,
+    *,
+    max_tokens_per_yield: int = 25,
+    repetition_penalty: float = 1.0,
+    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
+    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
+    return_cache: bool = False,
+    names_filter=None,
+    device=None,
+    output_logits: bool = False,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    cache_implementation: str | None = None,
+    compile: bool | None = None,
+    static_options: StaticCacheOptions | None = None,
+) -> Generator[torch.Tensor | str | list[str], None, Any]:
+    """`generate`, yielding the new tokens in chunks of at most `max_tokens_per_yield` as they come.
+
+    Each chunk is `[b, <= max_tokens_per_yield]` token ids, or its decoded text for text
+    input (a str for str input, a list for list input). When the stream is exhausted its
+    return value (`StopIteration.value`, or the result of `yield from`) is what
+    `generate` would have returned. Hooks stay attached until the stream ends or is
+    closed.
+    """
+    if max_tokens_per_yield < 1:
+        raise ValueError(f"max_tokens_per_yield must be >= 1, got {max_tokens_per_yield}")
+    arguments = _arguments(locals())
+    arguments.pop("max_tokens_per_yield")
+    call = _prepare(model, **arguments)
+    steps = _decode(model, call.prompt, call.opts, call.hooks)
+    chunk: list[torch.Tensor] = []
+    while True:
+        try:
+            chunk.append(next(steps))
+        except StopIteration as done:
+            progress = done.value
+            break
+        if len(chunk) == max_tokens_per_yield:
+            yield _stream_chunk(model, call.prompt, chunk)
+            chunk = []
+    if chunk:
+        yield _stream_chunk(model, call.prompt, chunk)
+    if output_logits or return_cache:
+        return _structured(model, progress, call.recorder)
+    return _format(model, progress, return_type)
+
+
+def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
+    tokens = torch.stack(chunk, dim=1)  # [batch, chunk]
+    if prompt.kind == "str":
+        return model.tokenizer.decode(tokens[0], skip_special_tokens=True)
+    if prompt.kind == "list":
+        return _decode_text(model, tokens)
+    return tokens
+
+
+def _arguments(local_vars: dict) -> dict:
+    """A public function's arguments, for `_prepare` (everything but the model)."""
+    return {k: v for k, v in local_vars.items() if k != "model"}
