@@ -105,7 +105,7 @@ class Attention(AttentionBuffers, nn.Module):
         if cfg.attn_sinks:  # GPT-OSS: one learned logit per head joins each softmax, then is dropped
             self.sinks = nn.Parameter(torch.zeros(H, dtype=cfg.dtype))
         # NoPE layers (SmolLM3, Cohere2) rotate nothing: no rotary, no hook_rot_q/hook_rot_k
-        self.rotary = cfg.positional_embedding_type == "rotary" and layer not in (cfg.nope_layers or ())
+        self.rotary = cfg.uses_rotary and layer not in (cfg.nope_layers or ())
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)
             inv_freq = rotary_inv_freq(cfg.rotary_dim, base, scaling)

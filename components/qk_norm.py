@@ -62,7 +62,7 @@ class PerHeadLayerNorm(LayerNormPre):
 
 def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> nn.Module:
     """The q or k norm of one attention layer (`n_heads` = its query or key/value heads)."""
-    if cfg.normalization_type in ("LN", "LNPre"):
+    if cfg.uses_layer_norm:
         return PerHeadLayerNorm(cfg, n_heads) if cfg.qk_norm_per_head else LayerNorm(cfg, cfg.d_head)
     width = n_heads * cfg.d_head if cfg.full_width_qk_norm else cfg.d_head
     return make_norm(cfg, "RMS", width)

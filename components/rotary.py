@@ -93,7 +93,7 @@ def longrope_switches(cfg, n_cached: int, total: int) -> bool:
     drops its cache and recomputes the whole sequence once, and so does hooked's.
     """
     scaling = cfg.rotary_scaling
-    if cfg.positional_embedding_type != "rotary" or rope_kind(scaling) != "longrope":
+    if not cfg.uses_rotary or rope_kind(scaling) != "longrope":
         return False
     original = scaling["original_max_position_embeddings"]
     return n_cached <= original < total

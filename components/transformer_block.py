@@ -27,7 +27,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         self.ln1 = make_norm(cfg)
-        attn_cls = GroupedQueryAttention if cfg.n_key_value_heads is not None else Attention
+        attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
         self.attn = attn_cls(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
         post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type)
@@ -41,7 +41,7 @@ class TransformerBlock(nn.Module):
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         if not cfg.attn_only:
             self.ln2 = make_norm(cfg)
-            if cfg.num_experts:
+            if cfg.uses_moe:
                 self.mlp = make_moe(cfg)
             else:
                 self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)

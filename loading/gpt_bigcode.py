@@ -43,7 +43,7 @@ def convert_gpt_bigcode_config(hf: Any) -> dict:
 
 
 def _split(fused: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if cfg.n_key_value_heads is not None:  # multi-query
+    if cfg.uses_grouped_query_attention:  # multi-query
         return split_qkv_blocks(fused, cfg.n_heads, cfg.n_kv_heads, cfg.d_head)
     return split_qkv_interleaved(fused, cfg.n_heads, cfg.d_head)
 

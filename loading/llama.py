@@ -148,7 +148,7 @@ def attention_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, 
     the `W_K` properties of `GroupedQueryAttention` repeat them up to `n_heads`.
     """
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
-    kv = "_" if cfg.n_key_value_heads is not None else ""
+    kv = "_" if cfg.uses_grouped_query_attention else ""
     out = {}
     for name, proj, heads, prefix in (("Q", "q_proj", H, ""), ("K", "k_proj", Hkv, kv), ("V", "v_proj", Hkv, kv)):
         w = hf[p + f"{proj}.weight"]  # [heads * d_head, d_model]

@@ -42,7 +42,7 @@ def attention(
     Grouped-query models keep K/V at `n_key_value_heads` under `_W_K`, `_b_K`, ...
     """
     H, Hkv, dh, d = cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_model
-    kv = "_" if cfg.n_key_value_heads is not None else ""
+    kv = "_" if cfg.uses_grouped_query_attention else ""
     q_b, k_b, v_b, o_b = biases
     out = {}
     for name, w, b, heads, prefix in (("Q", q, q_b, H, ""), ("K", k, k_b, Hkv, kv), ("V", v, v_b, Hkv, kv)):

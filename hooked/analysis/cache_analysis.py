@@ -28,18 +28,16 @@ from hooked.components.norms import LayerNormPre
 from hooked.core.errors import InputError, MissingHooksError
 from hooked.core.utils import Slice, SliceInput
 from hooked.core.validation import check_layer
-from hooked.processing.steps import POST_NORM_ARCHITECTURES
 
 logger = logging.getLogger(__name__)
 
 
 def has_post_sublayer_norms(cfg) -> bool:
-    """Whether each sublayer's output is normalized again before the residual add (Gemma 2/3, OLMo-2/3)."""
-    return (
-        cfg.use_normalization_before_and_after
-        or cfg.post_sublayer_norm
-        or (cfg.original_architecture in POST_NORM_ARCHITECTURES)
-    )
+    """Whether each sublayer's output is normalized again before the residual add (Gemma 2/3, OLMo-2/3).
+
+    Kept for callers of this function: `HookedTransformerConfig.has_post_sublayer_norms` defines it.
+    """
+    return cfg.has_post_sublayer_norms
 
 
 def _through_norm_gain(
@@ -448,7 +446,7 @@ class CacheAnalysisMixin:
         return acts * projected if project_output_onto.ndim == 1 else acts[..., None] * projected
 
     def _check_dense_mlp(self) -> None:
-        if self.model.cfg.num_experts:
+        if self.model.cfg.uses_moe:
             raise NotImplementedError("Neuron results of mixture-of-experts MLPs: use expand_neurons=False")
 
     def _neuron_write(

@@ -79,7 +79,7 @@ def direct_logit_attribution(
         if not model.cfg.attn_only:
             parts.append((f"mlp {l}", cache["mlp_out", l][0, pos]))
     stack = torch.stack([p for _, p in parts])  # [component, d_model]
-    if model.cfg.normalization_type in ("LN", "LNPre"):
+    if model.cfg.uses_layer_norm:
         stack = stack - stack.mean(-1, keepdim=True)
     if model.cfg.normalization_type is not None:
         stack = stack / cache["ln_final.hook_scale"][0, pos]

@@ -102,7 +102,7 @@ def axis_ranges(model, corrupted_tokens: Int[torch.Tensor, "batch pos"], activat
     """The length of each index axis; heads of k/v count key/value heads under GQA."""
     cfg = model.cfg
     n_pos = corrupted_tokens.shape[-1]
-    grouped = cfg.n_key_value_heads is not None and not cfg.ungroup_grouped_query_attention
+    grouped = cfg.uses_grouped_query_attention and not cfg.ungroup_grouped_query_attention
     n_heads = cfg.n_kv_heads if grouped and activation_name in _KV_NAMES else cfg.n_heads
     return dict(layer=cfg.n_layers, pos=n_pos, src_pos=n_pos, dest_pos=n_pos, head=n_heads, head_index=n_heads)
 

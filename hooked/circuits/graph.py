@@ -48,8 +48,8 @@ SHAPE_FIELDS = ("n_layers", "n_heads", "d_model", "attn_only", "parallel_attn_ml
 
 
 def heads_are_senders(cfg) -> bool:
-    """True where the attention layer's write is the plain sum of its heads' outputs."""
-    return not (cfg.use_normalization_before_and_after or cfg.post_sublayer_norm)
+    """True where the attention layer's write is the plain sum of its heads' outputs (no norm follows it)."""
+    return not cfg.has_post_sublayer_norms
 
 
 def model_shape(cfg) -> dict:

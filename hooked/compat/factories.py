@@ -25,7 +25,7 @@ class MLPFactory:
     def create_mlp(cfg: HookedTransformerConfig):
         from hooked.compat import components
 
-        if cfg.num_experts:
+        if cfg.uses_moe:
             gpt_oss = cfg.original_architecture == "GptOssForCausalLM"
             return components.GptOssMoE(cfg) if gpt_oss else components.MoE(cfg)
         return components.GatedMLP(cfg) if cfg.gated_mlp else components.MLP(cfg)

@@ -26,111 +26,237 @@ ACT_FNS = (
     "xielu",
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
+LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
+#: HF classes whose norms sit only after each sublayer: a config naming one is post-norm (`is_post_norm`)
+#: even without `post_sublayer_norm` (a TransformerLens config, which has no such field)
+POST_NORM_ARCHITECTURES = ("Olmo2ForCausalLM",)
 
 
 @dataclass
 class HookedTransformerConfig:
     """Hyperparameters of a `HookedTransformer` (field names follow TransformerLens).
 
-    Derived defaults are filled in `__post_init__` (`n_heads`, `d_mlp`, `d_vocab_out`,
-    `rotary_dim`, `attn_scale`, ...), and inconsistent combinations raise `ConfigError`.
+    The fields are flat (TransformerLens's names, `cfg.x` reads, `to_dict`/`from_dict`, pickles)
+    and grouped in sections: **shape** (sizes and block layout), **positions** (rotary, ALiBi,
+    relative bias), **attention**, **norms**, **MLP / mixture of experts**, **hook switches**
+    (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
+    half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
+    **provenance** (where the weights came from) and **accepted for TransformerLens** (read but
+    not used). `__post_init__` fills the derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`,
+    `rotary_dim`, `attn_scale`, ...) and raises `ConfigError` on inconsistent combinations;
+    facts derived from several fields (`uses_rotary`, `has_post_sublayer_norms`, ...) are properties.
     """
 
+    # -- shape: sizes and block layout ---------------------------------------------------------
     d_model: int
+    """Width of the residual stream."""
     d_head: int
+    """Width of one attention head's query, key and value."""
     n_layers: int
+    """Number of transformer blocks."""
     n_ctx: int
+    """Longest sequence (positions) the model accepts; the size of a learned position table."""
     n_heads: int = -1
+    """Query heads per attention layer; -1: `d_model // d_head`."""
     d_mlp: int | None = None
+    """Hidden width of each MLP (of each expert in a MoE layer); None: `4 * d_model` (unless `attn_only`)."""
     d_vocab: int = -1
+    """Rows of the token embedding `W_E` (the tokenizer's vocabulary size); -1: unknown."""
     d_vocab_out: int = -1
-    act_fn: str | None = None
-    eps: float = 1e-5
-    normalization_type: str | None = "LN"
-    final_rms: bool = False
-    positional_embedding_type: str = "standard"
-    rotary_dim: int | None = None
-    rotary_base: float = 10000.0
-    rotary_base_local: float | None = None
-    rotary_adjacent_pairs: bool = False
-    nope_layers: list[int] | None = None
-    rotary_scaling: dict | None = None
-    rotary_scaling_local: dict | None = None
-    n_key_value_heads: int | None = None
-    ungroup_grouped_query_attention: bool = False
+    """Columns of the unembedding `W_U` (logits per position); -1: `d_vocab`."""
     attn_only: bool = False
+    """Blocks without MLPs (attention-only toy models)."""
     parallel_attn_mlp: bool = False
-    parallel_residual_last: bool = False  # parallel block sums (attn_out + mlp_out) + resid_pre, as HF's NeoX/Phi
-    gated_mlp: bool = False
-    num_experts: int | None = None
-    experts_per_token: int | None = None
-    norm_topk_prob: bool = False
-    moe_mix_in_fp32: bool = False  # Mixtral: expert outputs times float32 routing weights, cast after the sum
-    shared_expert_d_mlp: int | None = None
-    swiglu_limit: float | None = None
-    swiglu_alpha: float = 1.702
-    use_attn_scale: bool = True
-    attn_scale: float = -1.0
-    scale_attn_by_inverse_layer_idx: bool = False
-    attention_dir: str = "causal"
-    use_local_attn: bool = False
-    window_size: int | None = None
-    attn_types: list[str] | None = None
-    attn_scores_soft_cap: float = -1.0
-    output_logits_soft_cap: float = -1.0
-    use_qk_norm: bool = False
-    attn_sinks: bool = False
-    alibi_before_attn_scale: bool = False
-    bias_after_matmul: bool = False  # Falcon's FalconLinear: `x @ W + b` as two ops (two roundings below fp32)
-    attn_scale_divides: bool = False  # Falcon: scores / attn_scale (not * 1/attn_scale), as HF
-    attn_scores_in_fp32: bool = False  # GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision
-    rotary_in_fp32: bool = False  # Cohere, OLMo: q/k rotated in float32, then cast back (as HF)
-    rotary_tables_in_fp32: bool = False  # OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)
-    full_width_qk_norm: bool = False
-    norm_gain_in_fp32: bool = False
-    norm_gain_fp32_in_float16: bool = False  # GPT-OSS: HF keeps its norm weights float32 in float16 models
-    norm_gain_offset: float = 0.0  # Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum
-    qk_norm_per_head: bool = False
-    use_normalization_before_and_after: bool = False
-    post_sublayer_norm: bool = False
-    post_embedding_ln: bool = False
-    embed_scale: float | None = None
-    residual_scale: float | None = None
-    logit_scale: float | None = None
-    clip_qkv: float | None = None
-    use_attn_result: bool = False
-    use_split_qkv_input: bool = False
-    use_attn_in: bool = False
-    use_hook_mlp_in: bool = False
-    use_hook_tokens: bool = False
-    attn_implementation: str = "auto"
-    default_prepend_bos: bool = True
-    tokenizer_name: str | None = None
-    tokenizer_prepends_bos: bool | None = None
-    dtype: torch.dtype = torch.float32
-    device: str | None = None
-    n_devices: int = 1
-    init_mode: str = "gpt2"
-    initializer_range: float = -1.0
-    init_weights: bool = True
-    seed: int | None = None
-    original_architecture: str | None = None
-    model_name: str = "custom"
-    from_checkpoint: bool = False
-    checkpoint_index: int | None = None
-    checkpoint_label_type: str | None = None
-    checkpoint_value: int | None = None
-    weight_processing: tuple = ()
-    # accepted for TransformerLens compatibility; hooked reads tying and remote code from the checkpoint
-    tie_word_embeddings: bool = False
-    trust_remote_code: bool = False
-    load_in_4bit: bool = False
-    # T5 (HookedEncoderDecoder): the relative position bias table and the decoder's first token
+    """Attention and MLP both read the block's input and their outputs are summed (GPT-J, NeoX, Phi, Falcon)."""
+
+    # -- positions -----------------------------------------------------------------------------
+    positional_embedding_type: str = "standard"
+    """How positions enter: `standard` (learned `W_pos` added to the embedding), `shortformer` (added to q/k
+    inputs only), `rotary`, `alibi` or `relative_positional_bias` (T5); see `uses_rotary`."""
+    rotary_dim: int | None = None
+    """Leading dimensions of each head that rotary embeddings rotate (even, at most `d_head`); None: `d_head`."""
+    rotary_base: float = 10000.0
+    """Rotary base theta: frequency `i` is `rotary_base ** (-2i / rotary_dim)`."""
+    rotary_base_local: float | None = None
+    """Rotary base of sliding-window layers when it differs from `rotary_base` (Gemma 3); None: the same."""
+    rotary_adjacent_pairs: bool = False
+    """Rotate adjacent pairs `(x0, x1), (x2, x3)...` (GPT-J) instead of the two halves (NeoX/LLaMA)."""
+    nope_layers: list[int] | None = None
+    """Layers that use no positional encoding at all (SmolLM3, Cohere2); None: none."""
+    rotary_scaling: dict | None = None
+    """HF's `rope_scaling` dict (`rope_type` `linear`, `llama3`, `yarn`, `longrope`...); None: plain RoPE."""
+    rotary_scaling_local: dict | None = None
+    """`rope_scaling` of sliding-window layers when `rotary_base_local` is set; None: unscaled there."""
     relative_attention_num_buckets: int | None = None
+    """T5 (HookedEncoderDecoder): buckets of the relative position bias table."""
     relative_attention_max_distance: int | None = None
+    """T5 (HookedEncoderDecoder): distance beyond which relative positions share the last bucket."""
+
+    # -- attention -----------------------------------------------------------------------------
+    n_key_value_heads: int | None = None
+    """Key/value heads under grouped-query attention (divides `n_heads`); None (or `n_heads`): one per query
+    head; see `uses_grouped_query_attention` and `n_kv_heads`."""
+    use_attn_scale: bool = True
+    """Scale attention scores by `1 / attn_scale`; False: unscaled (`attn_scale` becomes 1)."""
+    attn_scale: float = -1.0
+    """Divisor of the attention scores; -1: `sqrt(d_head)`."""
+    scale_attn_by_inverse_layer_idx: bool = False
+    """GPT-2 option: layer `l`'s scores are further divided by `l + 1`."""
+    attention_dir: str = "causal"
+    """`causal` (decoders) or `bidirectional` (encoders)."""
+    use_local_attn: bool = False
+    """Some layers attend within a sliding window; needs `window_size` and `attn_types`."""
+    window_size: int | None = None
+    """Positions a sliding-window (local) layer sees, itself included."""
+    attn_types: list[str] | None = None
+    """`"global"` or `"local"` per layer (length `n_layers`) when `use_local_attn`; see `attn_types_or_global`."""
+    attn_scores_soft_cap: float = -1.0
+    """Gemma 2: scores become `cap * tanh(scores / cap)`; -1: no cap."""
+    output_logits_soft_cap: float = -1.0
+    """Gemma 2: logits become `cap * tanh(logits / cap)` (kept beside its attention twin); -1: no cap."""
+    attn_sinks: bool = False
+    """GPT-OSS: one learned logit per head joins each softmax and is then dropped."""
+    clip_qkv: float | None = None
+    """OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]` after their projections; None: no clamp."""
+
+    # -- norms ---------------------------------------------------------------------------------
+    normalization_type: str | None = "LN"
+    """`LN` (LayerNorm), `RMS` (RMSNorm), their gain-free `LNPre`/`RMSPre` forms after `fold_ln`, or None."""
+    eps: float = 1e-5
+    """Epsilon added to the variance (mean square for RMSNorm) of every norm."""
+    final_rms: bool = False
+    """`ln_final` is an RMSNorm although the blocks use LayerNorm."""
+    use_normalization_before_and_after: bool = False
+    """Gemma 2/3 "sandwich": besides `ln1`/`ln2`, `ln1_post`/`ln2_post` normalize each sublayer's output."""
+    post_sublayer_norm: bool = False
+    """OLMo-2/3: `ln1`/`ln2` normalize each sublayer's output and no norm reads the residual stream in a block
+    (built as `PostNormBlock`); see `is_post_norm`."""
+    post_embedding_ln: bool = False
+    """Bloom: a LayerNorm right after the token embedding."""
+    use_qk_norm: bool = False
+    """Queries and keys are normalized before rotary and the dot product."""
+    full_width_qk_norm: bool = False
+    """OLMo-2/3, OLMoE: the q/k norm spans all heads (`n_heads * d_head`), not one `d_head` (needs `use_qk_norm`)."""
+    qk_norm_per_head: bool = False
+    """StableLM, Cohere: a separate q/k LayerNorm gain per head (`[head, d_head]`)."""
+
+    # -- MLP and mixture of experts ------------------------------------------------------------
+    act_fn: str | None = None
+    """MLP activation, one of `ACT_FNS`; required unless `attn_only`."""
+    gated_mlp: bool = False
+    """Gated (GLU) MLP: `act(x @ W_gate) * (x @ W_in)` (LLaMA's SwiGLU); MoE experts are always gated."""
+    num_experts: int | None = None
+    """Experts per mixture-of-experts layer; None: dense MLPs. See `uses_moe`."""
+    experts_per_token: int | None = None
+    """Experts each token is routed to (top-k); set with `num_experts`."""
+    norm_topk_prob: bool = False
+    """Renormalize the top-k routing weights to sum to 1 (Mixtral, Qwen3-MoE, OLMoE)."""
+    shared_expert_d_mlp: int | None = None
+    """Qwen2-MoE: hidden width of an always-on shared expert (gated by a sigmoid); None: none."""
+    swiglu_limit: float | None = None
+    """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
+    swiglu_alpha: float = 1.702
+    """GPT-OSS: the experts' activation is `gate * sigmoid(swiglu_alpha * gate)`."""
+
+    # -- hook switches: optional hook points (TransformerLens's flags), off by default for speed ---
+    use_attn_result: bool = False
+    """Compute `hook_result`, each head's output `[batch, pos, head, d_model]` (memory: `n_heads` x `d_model`)."""
+    use_split_qkv_input: bool = False
+    """Give each head its own q/k/v input (`hook_q_input`, `hook_k_input`, `hook_v_input`, `[batch, pos, head,
+    d_model]`)."""
+    use_attn_in: bool = False
+    """One per-head attention input `hook_attn_in` `[batch, pos, head, d_model]`; not with grouped-query attention."""
+    use_hook_mlp_in: bool = False
+    """Add `hook_mlp_in`, the MLP's input before its norm."""
+    use_hook_tokens: bool = False
+    """Add `hook_tokens`, the token ids the model is run on."""
+    ungroup_grouped_query_attention: bool = False
+    """Expand grouped K/V to `n_heads` before `hook_k`/`hook_v`, so hooks see one K/V per query head."""
+
+    # -- HF numerics: reorder roundings so half precision matches HuggingFace bit for bit -----------
+    # each is exact in float32 (the maths is the same); the loaders set the ones their family needs
+    parallel_residual_last: bool = False
+    """A parallel block sums `(attn_out + mlp_out) + resid_pre`, as HF's NeoX/Phi/GPT-J/Falcon."""
+    bias_after_matmul: bool = False
+    """Falcon's FalconLinear: `x @ W + b` as two ops (two roundings below fp32)."""
+    attn_scale_divides: bool = False
+    """Falcon: scores / attn_scale (not * 1/attn_scale), as HF."""
+    alibi_before_attn_scale: bool = False
+    """Falcon: the ALiBi bias is added before the scaling, `(q.k + bias) / attn_scale` (slopes pre-scaled)."""
+    attn_scores_in_fp32: bool = False
+    """GPT-J, GPT-Neo: HF multiplies q and k in float32 in half precision (`hook_attn_scores` is float32)."""
+    rotary_in_fp32: bool = False
+    """Cohere, OLMo: q/k rotated in float32, then cast back (as HF)."""
+    rotary_tables_in_fp32: bool = False
+    """OLMo: cos/sin stay float32 (Cohere rounds them to the dtype first)."""
+    norm_gain_in_fp32: bool = False
+    """OLMo-2, Cohere: the norm gain multiplies the float32 normalized input before the cast, `(n32 * w).to(dtype)`."""
+    norm_gain_fp32_in_float16: bool = False
+    """GPT-OSS: HF keeps its norm weights float32 in float16 models."""
+    norm_gain_offset: float = 0.0
+    """Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum (float32 in half precision)."""
+    moe_mix_in_fp32: bool = False
+    """Mixtral: expert outputs times float32 routing weights, cast after the sum."""
+
+    # -- runtime: dtype, device, initialization, attention kernel, tokenization ------------------
+    dtype: torch.dtype = torch.float32
+    """Parameter and activation dtype (a string such as `"bfloat16"` is accepted)."""
+    device: str | None = None
+    """Device the model is built on; None: the default device."""
+    n_devices: int = 1
+    """TransformerLens's layer split across devices; hooked uses 1 (`hooked.scale` places models instead)."""
+    attn_implementation: str = "auto"
+    """`auto`: PyTorch's fused `scaled_dot_product_attention` while no attention hook needs the pattern; `eager`:
+    always the explicit softmax."""
+    init_weights: bool = True
+    """Randomly initialize the weights when the model is built (False when a checkpoint overwrites them)."""
+    init_mode: str = "gpt2"
+    """Initialization scheme; only `gpt2` changes the `initializer_range` default."""
+    initializer_range: float = -1.0
+    """Std of the normal weight init; -1: `0.8 / sqrt(d_model)` for `init_mode="gpt2"`, else 1."""
+    seed: int | None = None
+    """Seed torch before initializing weights; None: leave the global RNG as is."""
+    default_prepend_bos: bool = True
+    """Whether text inputs get a BOS token when the call does not say (`prepend_bos=None`)."""
+    tokenizer_name: str | None = None
+    """Tokenizer (HF name or path) loaded when the model is built without one; None: no tokenizer."""
+    tokenizer_prepends_bos: bool | None = None
+    """Set from the tokenizer: whether it adds BOS itself; None: no tokenizer yet."""
     decoder_start_token_id: int | None = None
+    """T5 (HookedEncoderDecoder): the decoder's first token; None: the tokenizer's pad token."""
+
+    # -- provenance: where the config and weights came from --------------------------------------
+    model_name: str = "custom"
+    """The checkpoint's name (HF repo id or alias); `custom` for a config built by hand."""
+    original_architecture: str | None = None
+    """HF architecture class the weights were converted from (`LlamaForCausalLM`...); None: built by hand."""
+    weight_processing: tuple = ()
+    """Weight-processing steps already applied (`fold_ln`, `center_writing_weights`...), in order."""
+    from_checkpoint: bool = False
+    """Loaded from an intermediate training checkpoint (not the final weights)."""
+    checkpoint_index: int | None = None
+    """Index of that checkpoint in the model's checkpoint list."""
+    checkpoint_label_type: str | None = None
+    """What `checkpoint_value` counts (`step`; TransformerLens also has `tokens`)."""
+    checkpoint_value: int | None = None
+    """The training step (or tokens seen) of that checkpoint."""
+    embed_scale: float | None = None
+    """Granite: embedding multiplier the converter folded into `W_E` (informational); None: 1."""
+    residual_scale: float | None = None
+    """Granite: residual multiplier folded into every sublayer's output weights (informational); None: 1."""
+    logit_scale: float | None = None
+    """Granite: `1 / logits_scaling`, folded into `W_U` (informational); None: 1."""
     n_params: int = field(init=False, default=0)
+    """Derived: weights in the attention and MLP matrices (TransformerLens's count: no embeddings, norms, biases)."""
+
+    # -- accepted for TransformerLens: fields of TL's config that hooked takes but does not use --------
+    tie_word_embeddings: bool = False
+    """Decoder-only models read tying from the checkpoint; only HookedEncoderDecoder (T5) reads this."""
+    trust_remote_code: bool = False
+    """Ignored: hooked never runs checkpoint code."""
+    load_in_4bit: bool = False
+    """Must stay False: quantized weights are out of hooked's scope (True raises)."""
 
     def __post_init__(self) -> None:
         if self.load_in_4bit:
@@ -163,13 +289,13 @@ class HookedTransformerConfig:
             self.d_vocab_out = self.d_vocab
         if self.rotary_dim is None:
             self.rotary_dim = self.d_head
-        if self.positional_embedding_type == "rotary" and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
+        if self.uses_rotary and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
         if self.n_key_value_heads is not None and self.n_heads % self.n_key_value_heads:
             raise ConfigError(f"n_key_value_heads ({self.n_key_value_heads}) must divide n_heads ({self.n_heads})")
         if self.n_key_value_heads == self.n_heads:
             self.n_key_value_heads = None  # plain multi-head attention
-        if self.use_attn_in and self.n_key_value_heads is not None:
+        if self.use_attn_in and self.uses_grouped_query_attention:
             raise ConfigError("use_attn_in is not supported with grouped-query attention (n_key_value_heads)")
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
@@ -195,13 +321,55 @@ class HookedTransformerConfig:
         self.weight_processing = tuple(self.weight_processing)
         self.n_params = self._count_params()
 
+    # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----
     @property
     def n_kv_heads(self) -> int:
         """Key/value heads as stored (`n_heads` without grouped-query attention)."""
         return self.n_key_value_heads or self.n_heads
 
     @property
+    def uses_grouped_query_attention(self) -> bool:
+        """K/V heads are shared by groups of query heads (`n_key_value_heads` set and below `n_heads`).
+
+        Such models store K/V at `n_key_value_heads` under `_W_K`, `_b_K`, `_W_V`, `_b_V`.
+        """
+        return self.n_key_value_heads is not None
+
+    @property
+    def uses_rotary(self) -> bool:
+        """Positions are rotary embeddings of q and k (layers in `nope_layers` still rotate nothing)."""
+        return self.positional_embedding_type == "rotary"
+
+    @property
+    def uses_moe(self) -> bool:
+        """The MLPs are mixture-of-experts layers (`num_experts` routed experts)."""
+        return bool(self.num_experts)
+
+    @property
+    def uses_layer_norm(self) -> bool:
+        """The block norms are LayerNorms (`LN`/`LNPre`), which center their input; RMSNorm does not."""
+        return self.normalization_type in LAYER_NORM_TYPES
+
+    @property
+    def is_post_norm(self) -> bool:
+        """Norms only after each sublayer (OLMo-2/3): nothing inside a block reads a normalized residual stream.
+
+        True with `post_sublayer_norm` or an `original_architecture` in `POST_NORM_ARCHITECTURES`;
+        `fold_ln` and `center_writing_weights` then do not apply.
+        """
+        return self.post_sublayer_norm or self.original_architecture in POST_NORM_ARCHITECTURES
+
+    @property
+    def has_post_sublayer_norms(self) -> bool:
+        """Each sublayer's output is normalized before the residual add (Gemma 2/3's sandwich, OLMo-2/3).
+
+        Then a layer's write is no plain sum of per-head or per-neuron terms.
+        """
+        return self.use_normalization_before_and_after or self.is_post_norm
+
+    @property
     def attn_types_or_global(self) -> list[str]:
+        """`attn_types`, or `"global"` for every layer without local attention."""
         return self.attn_types if self.use_local_attn else ["global"] * self.n_layers
 
     def _count_params(self) -> int:

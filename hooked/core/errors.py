@@ -148,3 +148,13 @@ __all__ = [
     "UnsafeCheckpointError",
     "WeightShapeError",
 ]
+
+
+# -- loading registry (kept in its own block at the end: other error groups are edited elsewhere) --
+
+
+class DuplicateArchitectureError(HookedError, ValueError):
+    """An HF architecture class registered twice: the second converter would silently replace the first."""
+
+
+__all__ += ["DuplicateArchitectureError"]

@@ -337,12 +337,12 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         self.cfg.use_hook_mlp_in = use
 
     def set_use_attn_in(self, use: bool) -> None:
-        if self.cfg.n_key_value_heads is not None and use:
+        if self.cfg.uses_grouped_query_attention and use:
             raise InputError(_GQA_ATTN_IN)
         self.cfg.use_attn_in = use
 
     def hook_enable_hint(self, hp) -> str:
-        if hp.requires == "use_attn_in" and self.cfg.n_key_value_heads is not None:
+        if hp.requires == "use_attn_in" and self.cfg.uses_grouped_query_attention:
             return f"Hook point {hp.name!r} is disabled, and cannot be enabled here: {_GQA_ATTN_IN}"
         return super().hook_enable_hint(hp)
 

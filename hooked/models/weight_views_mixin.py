@@ -27,7 +27,7 @@ class WeightViewsMixin:
         return _read_or_explain(getattr(self, part), name, part)
 
     def _stack(self, module: str, name: str) -> torch.Tensor:
-        if module == "mlp" and self.cfg.num_experts:
+        if module == "mlp" and self.cfg.uses_moe:
             raise NotImplementedError(
                 f"{name} of a mixture-of-experts model is per expert: read blocks[l].mlp.experts[e].{name}.weight "
                 "(nn.Linear layout, [out, in]); the router is blocks[l].mlp.W_gate.weight [num_experts, d_model]"
@@ -113,14 +113,14 @@ class WeightViewsMixin:
         """Sum of the output biases written to the residual stream before `layer` (plus its b_O if mlp_input)."""
         total = torch.zeros(self.cfg.d_model, device=self.input_device, dtype=self.cfg.dtype)
         mlp_biases = include_mlp_biases and not self.cfg.attn_only
-        if mlp_biases and self.cfg.num_experts and self.cfg.swiglu_limit is not None:
+        if mlp_biases and self.cfg.uses_moe and self.cfg.swiglu_limit is not None:
             raise NotImplementedError(
                 "GPT-OSS's experts have output biases mixed per token by the router, so they add no constant "
                 "bias: pass include_mlp_biases=False"
             )
         for i in range(layer):
             total = total + self.block_weight(i, "attn.b_O").to(total.device)
-            if mlp_biases and not self.cfg.num_experts:  # bias-free experts (Mixtral, Qwen-MoE, OLMoE) add none
+            if mlp_biases and not self.cfg.uses_moe:  # bias-free experts (Mixtral, Qwen-MoE, OLMoE) add none
                 total = total + self.block_weight(i, "mlp.b_out").to(total.device)
         if mlp_input:
             total = total + self.block_weight(layer, "attn.b_O").to(total.device)

@@ -32,14 +32,18 @@ from collections.abc import Iterable
 import torch
 from jaxtyping import Float
 
-from hooked.core.config import ConfigError, HookedTransformerConfig
+from hooked.core.config import (  # noqa: F401  (POST_NORM_ARCHITECTURES re-exported: its old home)
+    LAYER_NORM_TYPES,
+    POST_NORM_ARCHITECTURES,
+    ConfigError,
+    HookedTransformerConfig,
+)
 
 logger = logging.getLogger(__name__)
 
 StateDict = dict[str, torch.Tensor]
 
 STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
-POST_NORM_ARCHITECTURES = ("Olmo2ForCausalLM",)  # norms after each sublayer: nothing reads a normalized stream
 _QKV_LEAVES = ("W_Q", "W_K", "W_V", "_W_K", "_W_V")
 _PRE = {"LN": "LNPre", "RMS": "RMSPre"}
 
@@ -132,7 +136,7 @@ def _layers(cfg: HookedTransformerConfig) -> Iterable[str]:
 
 def _kv(cfg: HookedTransformerConfig) -> str:
     """Key prefix of stored K/V tensors: `_` for grouped-query attention (`_W_K`, `_b_V`, ...)."""
-    return "_" if cfg.n_key_value_heads is not None else ""
+    return "_" if cfg.uses_grouped_query_attention else ""
 
 
 def _experts(sd: StateDict, p: str) -> list[str]:
@@ -147,12 +151,12 @@ def _experts(sd: StateDict, p: str) -> list[str]:
 
 
 def _is_layernorm(kind: str | None) -> bool:
-    return kind in ("LN", "LNPre")
+    return kind in LAYER_NORM_TYPES
 
 
 def final_norm_kind(cfg: HookedTransformerConfig) -> str | None:
     """`ln_final`'s kind: RMS(Pre) when `final_rms` turns a LayerNorm model's last norm into RMSNorm."""
-    if cfg.final_rms and _is_layernorm(cfg.normalization_type):
+    if cfg.final_rms and cfg.uses_layer_norm:
         return "RMSPre" if cfg.normalization_type == "LNPre" else "RMS"
     return cfg.normalization_type
 
@@ -202,7 +206,7 @@ def fold_layer_norm(
     is right for every norm type with the default flags. `ln1_post`/`ln2_post` and
     `q_norm`/`k_norm` are never folded: their gain acts after the normalization.
     """
-    block_ln = _is_layernorm(cfg.normalization_type)
+    block_ln = cfg.uses_layer_norm
     kv = _kv(cfg)
     fold = dict(fold_biases=fold_biases, center_weights=center_weights)
     for p in _layers(cfg):
@@ -332,9 +336,9 @@ def fold_value_biases(sd: StateDict, cfg: HookedTransformerConfig, recenter: boo
 def check_refactorable(cfg: HookedTransformerConfig) -> None:
     """Refactoring changes q, k and v; only exact if nothing but `q.k` and `pattern @ v` use them."""
     reasons = [
-        (cfg.positional_embedding_type == "rotary", "rotary embeddings rotate q and k between the factors"),
+        (cfg.uses_rotary, "rotary embeddings rotate q and k between the factors"),
         (cfg.use_qk_norm, "qk-norm normalizes q and k"),
-        (cfg.n_key_value_heads is not None, "grouped-query attention shares W_K/W_V between query heads"),
+        (cfg.uses_grouped_query_attention, "grouped-query attention shares W_K/W_V between query heads"),
         (cfg.clip_qkv is not None, "clip_qkv clamps q, k and v"),
     ]
     for failed, why in reasons:
@@ -403,13 +407,13 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "it was already applied (recorded in cfg.weight_processing)", W
     if cfg.positional_embedding_type == "shortformer" and step in STEPS[:3]:
         return "shortformer adds positions after ln1, so the norms cannot be folded or relied on", W
-    if (cfg.post_sublayer_norm or cfg.original_architecture in POST_NORM_ARCHITECTURES) and step in STEPS[:2]:
+    if cfg.is_post_norm and step in STEPS[:2]:
         return "post-norm models normalize after each sublayer: no reader follows a pre-norm", W
     if step == "center_unembed" and cfg.output_logits_soft_cap > 0:
         return "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", W
     if step == "fold_ln" and cfg.normalization_type is None:
         return "the model has no norms", D
-    if step == "center_writing_weights" and not (_is_layernorm(cfg.normalization_type) and not cfg.final_rms):
+    if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
         return "only LayerNorm models (not final_rms) center their residual stream", D
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
