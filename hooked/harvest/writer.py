@@ -19,20 +19,12 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import HookedError, InputError
+from hooked.core.errors import HarvestMismatchError, HarvestWriteError
 
 SHARD_NAME = "shard-{rank:03d}-{index:06d}.safetensors"
 MANIFEST = "manifest.json"
 FORMAT = "hooked-activations/1"
 logger = logging.getLogger(__name__)
-
-
-class HarvestWriteError(HookedError, OSError):
-    """The output directory cannot be written (full disk, no permission, not a directory)."""
-
-
-class HarvestMismatchError(InputError):
-    """An output directory already holds a harvest made with other arguments."""
 
 
 def manifest_path(out: Path, rank: int, world: int) -> Path:

@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from hooked.core.errors import HookedError
+from hooked.core.errors import PipelineError
 
 logger = logging.getLogger(__name__)
 
@@ -38,19 +38,6 @@ OK, FAILED = 0, 1
 
 DEFAULT_TIMEOUT_S = 300.0
 _TAG_CHARS = 160  # a check-in tag: [call counter, length, utf-8 bytes of `what`...]
-
-
-class PipelineError(HookedError, RuntimeError):
-    """A rank of the pipeline failed; raised on every rank, naming the rank and its exception.
-
-    `secondary` is True on the ranks that only learned of another rank's failure: an
-    uncaught secondary error prints as one line (no traceback), so a failure shows one
-    traceback, the failing rank's, not one per rank.
-    """
-
-    def __init__(self, message: str, *, secondary: bool = False):
-        super().__init__(message)
-        self.secondary = secondary
 
 
 class _Group:

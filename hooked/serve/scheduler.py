@@ -24,21 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hooked.serve.wire import WireError
+from hooked.core.errors import JobCancelled, JobTimeout, WireError
 
 logger = logging.getLogger("hooked.serve")
-
-
-class JobCancelled(WireError):
-    """The client went away or cancelled; nobody reads the answer."""
-
-    def __init__(self, message="the job was cancelled"):
-        super().__init__(message, 499)
-
-
-class JobTimeout(WireError):
-    def __init__(self, seconds: float):
-        super().__init__(f"the job ran past the server's request timeout of {seconds:g} s", 504)
 
 
 @dataclass

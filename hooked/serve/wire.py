@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import HookedError
+from hooked.core.errors import WireError
 
 DTYPES = {  # safetensors name -> (torch dtype, bytes per element): the only ones accepted
     "F32": (torch.float32, 4),
@@ -33,14 +33,6 @@ DTYPES = {  # safetensors name -> (torch dtype, bytes per element): the only one
     "BOOL": (torch.bool, 1),
 }
 CONTENT_TYPE = "application/vnd.hooked+safetensors"
-
-
-class WireError(HookedError, ValueError):
-    """A request the server refuses; `status` is the HTTP status it answers with."""
-
-    def __init__(self, message: str, status: int = 422):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
