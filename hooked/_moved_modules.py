@@ -34,6 +34,7 @@ MOVED_MODULES: dict[str, str] = {
     "hooked.hooked_transformer": "hooked.models.hooked_transformer",
     "hooked.inspection": "hooked.analysis.inspection",
     "hooked.interventions": "hooked.analysis.interventions",
+    "hooked.loading_from_pretrained": "hooked.loading",  # was `from hooked.loading import *`
     "hooked.metrics": "hooked.analysis.metrics",
     "hooked.next_sentence_prediction": "hooked.models.next_sentence_prediction",
     "hooked.past_key_value_caching": "hooked.generation.kv_cache",

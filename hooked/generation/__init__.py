@@ -5,15 +5,40 @@
 one module, and still are.
 """
 
-from hooked.generation.loop import (
+# past `__all__`: the rest of what the one-module `hooked.generation` held or imported, so that
+# code importing it from there (`from hooked.generation import StaticKeyValueCache`) keeps working
+from hooked.generation.loop import (  # noqa: F401
     RETURN_TYPES,
+    USE_DEFAULT_VALUE,
+    ActivationCache,
+    AtSteps,
+    AttentionMaskError,
+    DeviceStepGate,
+    GenerationHookError,
     GenerationOutput,
+    HookedTransformerKeyValueCache,
+    InputError,
     Prompt,
+    StaticCacheOptions,
+    StaticKeyValueCache,
+    StaticRecorder,
+    check_generate_args,
+    check_hook_pairs,
     check_left_padded,
+    check_model_input,
+    check_names_filter,
+    check_token_range,
+    decode_step,
     generate,
     generate_stream,
+    is_compile_safe,
+    logger,
+    longrope_switches,
+    mask_dtype_check,
+    mask_is_all_ones,
     prepare_prompt,
     stitch_attention,
+    warn_python_hooks,
 )
 from hooked.generation.sampling import (
     apply_freq_penalty,

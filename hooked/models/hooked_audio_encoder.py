@@ -30,7 +30,7 @@ from hooked.components.hubert import (
 from hooked.components.norms import LayerNorm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookedRootModule, HookPoint
-from hooked.models.stacked_weights_mixin import StackedWeightsMixin
+from hooked.models.stacked_weights_mixin import StackedWeights, StackedWeightsMixin  # noqa: F401  (StackedWeights: importable from here before)
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookedRootModule, HookPoint
 from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
 from hooked.generation.sampling import sample_next_token
-from hooked.models.stacked_weights_mixin import StackedWeightsMixin
+from hooked.models.stacked_weights_mixin import StackedWeights, StackedWeightsMixin  # noqa: F401  (StackedWeights: importable from here before)
 
 logger = logging.getLogger(__name__)
 

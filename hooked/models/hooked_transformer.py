@@ -38,7 +38,7 @@ from hooked.core.validation import (
 )
 from hooked.generation import loop as _generation
 from hooked.generation.kv_cache import StaticKeyValueCache
-from hooked.models.tokenizer_mixin import TokenizerMixin
+from hooked.models.tokenizer_mixin import TokenIndexMixin, TokenizerMixin  # noqa: F401  (TokenIndexMixin: importable from here before)
 from hooked.models.weight_processing_mixin import WeightProcessingMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
 from hooked.placement.dispatch import execution_device

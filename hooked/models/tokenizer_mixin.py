@@ -181,3 +181,13 @@ class TokenizerMixin:
             if attention_mask is None:
                 attention_mask = torch.ones(state.positions.shape[0], state.n_keys, dtype=torch.long)
         return token_index(idx, attention_mask)
+
+
+class TokenIndexMixin:
+    """`token_index` on its own, under its name from before it joined `TokenizerMixin`.
+
+    A separate class rather than an alias, so that code mixing in both, as `HookedTransformer` once
+    did (`class M(TokenizerMixin, TokenIndexMixin)`), still builds.
+    """
+
+    token_index = TokenizerMixin.token_index

@@ -1,0 +1,83 @@
+"""Every public name of the API before the restructure is still importable by its old path.
+
+public_api.txt lists, one `module:name` a line, what the tree of commit f163b73 exposed: its
+modules (old flat paths such as `hooked.hook_points` resolve through hooked/_moved_modules.py),
+their names, `hooked.__all__`, and the `transformer_lens.*` paths that
+`hooked.compat.alias_transformer_lens()` provides. _public_api_snapshot.py made the file and
+says how to remake it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+
+import pytest
+
+SNAPSHOT = pathlib.Path(__file__).with_name("public_api.txt")
+
+
+def snapshot_lines() -> list[tuple[str, str]]:
+    lines = [line for line in SNAPSHOT.read_text().splitlines() if line and not line.startswith("#")]
+    return [tuple(line.split(":", 1)) for line in lines]
+
+
+def missing_names(lines: list[tuple[str, str]]) -> list[str]:
+    """The `module:name` lines that do not resolve, each with the reason."""
+    missing, broken = [], set()
+    for module_name, name in lines:
+        if module_name in broken:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            missing.append(f"{module_name}: does not import ({error})")
+            broken.add(module_name)
+            continue
+        if name and not hasattr(module, name):
+            missing.append(f"{module_name}:{name}")
+    return missing
+
+
+@pytest.fixture
+def transformer_lens_alias():
+    from hooked.compat import alias_transformer_lens, unalias_transformer_lens
+
+    alias_transformer_lens(strict=True)
+    yield
+    unalias_transformer_lens()
+
+
+def test_the_snapshot_covers_the_old_api():
+    """The data is the whole old API, not a sample (a truncated file would make the next test vacuous)."""
+    modules = {module for module, _ in snapshot_lines()}
+    assert len(snapshot_lines()) > 3000
+    assert {"hooked", "hooked.hook_points", "hooked.components.attention", "hooked.loading.registry"} <= modules
+    assert {"transformer_lens.utils", "transformer_lens.components.mlps.mlp"} <= modules
+
+
+def test_every_old_hooked_name_still_imports():
+    lines = [line for line in snapshot_lines() if not line[0].startswith("transformer_lens")]
+    missing = missing_names(lines)
+    assert not missing, (
+        f"{len(missing)} public names of the API before the restructure no longer import. Re-export each "
+        "from the module that now holds its old path (hooked/_moved_modules.py maps old paths):\n" + "\n".join(missing)
+    )
+
+
+def test_every_transformer_lens_path_still_imports(transformer_lens_alias):
+    lines = [line for line in snapshot_lines() if line[0].startswith("transformer_lens")]
+    missing = missing_names(lines)
+    assert not missing, (
+        f"{len(missing)} transformer_lens names no longer resolve after alias_transformer_lens(). Restore each "
+        "in the module hooked/compat/aliasing.py's TL_MODULES maps its path to:\n" + "\n".join(missing)
+    )
+
+
+def test_a_lost_name_is_reported():
+    """The checker itself: a name that does not exist, and a module that does not, are both listed."""
+    assert missing_names([("hooked.hook_points", "HookPoint"), ("hooked.hook_points", "NoSuchName")]) == [
+        "hooked.hook_points:NoSuchName"
+    ]
+    [line] = missing_names([("hooked.no_such_module", ""), ("hooked.no_such_module", "HookPoint")])
+    assert line.startswith("hooked.no_such_module: does not import")
