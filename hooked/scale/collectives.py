@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from hooked.core.errors import PipelineError
+from hooked.core.errors import HookedError, PipelineError  # noqa: F401  (HookedError: importable from here before)
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import WireError
+from hooked.core.errors import HookedError, WireError  # noqa: F401  (HookedError: importable from here before)
 
 DTYPES = {  # safetensors name -> (torch dtype, bytes per element): the only ones accepted
     "F32": (torch.float32, 4),
