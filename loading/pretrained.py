@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from hooked.core.errors import InputTypeError
 from hooked.loading.checkpoint import (
     SafetensorsStateDict,
     has_tokenizer,
@@ -17,15 +18,10 @@ from hooked.loading.checkpoint import (
     load_tokenizer,
     safetensors_files,
 )
+from hooked.loading.options import LoadOptions
 from hooked.loading.placed import load_placed, wants_placement
 from hooked.loading.registry import get_architecture
-from hooked.loading.validation import (
-    check_converted_shapes,
-    check_from_pretrained_kwargs,
-    convert_checked,
-    to_dtype,
-    where_in,
-)
+from hooked.loading.validation import check_converted_shapes, convert_checked, to_dtype, where_in
 
 logger = logging.getLogger(__name__)
 
@@ -115,65 +111,55 @@ def build_config(hf_config, arch_name: str, model_name: str, **overrides):
     return HookedTransformerConfig.from_dict(fields)
 
 
-def load_pretrained(cls, model_name: str, hf_model=None, tokenizer=None, **kw):
-    """Implementation of `HookedTransformer.from_pretrained` (see its docstring)."""
+def load_pretrained(cls, model_name: str, options: LoadOptions | None = None):
+    """Implementation of `HookedTransformer.from_pretrained` (see its docstring), with its options in one object."""
     from hooked.loading.checkpoints import resolve_checkpoint
 
-    checkpoints = {k: kw.pop(k, None) for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
-    placement = {k: kw.pop(k, None) for k in ("device_map", "max_memory", "offload_folder")}
-    hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
-    kw.pop("from_pretrained_kwargs", None)
-    where, checkpoint_fields = resolve_checkpoint(model_name, **checkpoints, hf_model=hf_model, **hub_kwargs)
+    options = LoadOptions() if options is None else options
+    if not isinstance(options, LoadOptions):
+        raise InputTypeError(f"options must be a hooked.loading.options.LoadOptions, got {type(options).__name__}")
+    hf_model, hub_kwargs = options.hf_model, options.hub_kwargs
+    where, checkpoint_fields = resolve_checkpoint(model_name, **options.checkpoints, hf_model=hf_model, **hub_kwargs)
     source = resolve_source(where, hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
-    first_n = kw.pop("first_n_layers")
     cfg = build_config(
         source.hf_config,
         arch_name,
         model_name,
-        n_ctx=kw.pop("n_ctx"),
-        n_layers=first_n,
-        default_prepend_bos=kw.pop("default_prepend_bos"),
-        dtype=to_dtype(kw.pop("dtype")),
-        device=kw.pop("device"),
-        n_devices=kw.pop("n_devices"),
+        n_ctx=options.n_ctx,
+        n_layers=options.first_n_layers,
+        default_prepend_bos=options.default_prepend_bos,
+        dtype=to_dtype(options.dtype),
+        device=options.device,
+        n_devices=options.n_devices,
         **checkpoint_fields,
     )
-    if wants_placement(**placement, n_devices=cfg.n_devices):
-        return _load_placed(cls, cfg, source, arch_name, tokenizer, kw, placement)
+    if wants_placement(**options.placement, n_devices=cfg.n_devices):
+        return _load_placed(cls, cfg, source, arch_name, options)
     protected = (
         frozenset(t.untyped_storage().data_ptr() for t in source.state.values())
         if source.shared_with_user
         else frozenset()
     )
     state, tracked = convert_checked(get_architecture(arch_name).weights, source.state, cfg, where_in(source.state))
+    tokenizer = options.tokenizer
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=kw.pop("default_padding_side"))
+    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=options.default_padding_side)
     check_converted_shapes({k: v.shape for k, v in model.state_dict().items()}, state, tracked)
-    model.load_and_process_state_dict(
-        state,
-        fold_ln=kw.pop("fold_ln"),
-        center_writing_weights=kw.pop("center_writing_weights"),
-        center_unembed=kw.pop("center_unembed"),
-        fold_value_biases=kw.pop("fold_value_biases"),
-        refactor_factored_attn_matrices=kw.pop("refactor_factored_attn_matrices"),
-        owned=True,
-        protected_storages=protected,
-    )
-    if kw.pop("move_to_device"):
+    model.load_and_process_state_dict(state, **options.processing, owned=True, protected_storages=protected)
+    if options.move_to_device:
         model.to(cfg.device)
     logger.info("Loaded %s into HookedTransformer", describe_source(model_name))
     return model
 
 
-def _load_placed(cls, cfg, source: Source, arch_name: str, tokenizer, kw: dict, placement: dict):
+def _load_placed(cls, cfg, source: Source, arch_name: str, options: LoadOptions):
     """`from_pretrained` with a device map or offload: each part converted, processed and placed alone."""
+    tokenizer = options.tokenizer
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    flags = {k: kw.pop(k) for k in ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")}
-    flags["refactor_factored_attn_matrices"] = kw.pop("refactor_factored_attn_matrices")
-    if kw.pop("move_to_device") is False:
+    if options.move_to_device is False:
         raise ValueError("move_to_device=False cannot be combined with device_map/max_memory/offload_folder/n_devices")
     model = load_placed(
         cls,
@@ -182,10 +168,10 @@ def _load_placed(cls, cfg, source: Source, arch_name: str, tokenizer, kw: dict, 
         get_architecture(arch_name).weights,
         where_in(source.state),
         tokenizer=tokenizer,
-        default_padding_side=kw.pop("default_padding_side"),
-        flags=flags,
+        default_padding_side=options.default_padding_side,
+        flags=options.processing,
         n_devices=cfg.n_devices,
-        **placement,
+        **options.placement,
     )
     logger.info("Loaded %s over %s", describe_source(cfg.model_name), sorted(set(model.hf_device_map.values())))
     return model

@@ -1,8 +1,9 @@
 """Checks every checkpoint passes through on its way into a model, whatever its family.
 
-- `from_pretrained` arguments: unknown names raise `TypeError` with close matches; the
-  HuggingFace loading arguments `hooked` understands are honoured (`torch_dtype`) or
-  refused (`trust_remote_code=True`: no code from a checkpoint is ever run).
+- `from_pretrained` arguments (checked once, by `LoadOptions`): unknown names raise
+  `TypeError` with close matches; the HuggingFace loading arguments `hooked` understands
+  are honoured (`torch_dtype`) or refused (`trust_remote_code=True`: no code from a
+  checkpoint is ever run).
 - `dtype` strings are checked against the floating dtypes a model can run in.
 - Conversion runs through `convert_checked`, which records which HF tensor (and file)
   each converted tensor came from; a converter that fails on a tensor of the wrong
@@ -16,7 +17,6 @@
 from __future__ import annotations
 
 import difflib
-import inspect
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
@@ -29,32 +29,33 @@ HF_LOADING_ARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_
 
 
 # -- arguments -------------------------------------------------------------------------------
-def check_from_pretrained_kwargs(from_pretrained, kw: dict) -> dict:
-    """Validate `**from_pretrained_kwargs` in `kw` and apply the ones `hooked` honours.
-
-    Returns the HF loading arguments to pass on (hub options); `kw["dtype"]` takes `torch_dtype`.
-    """
-    extra = dict(kw.get("from_pretrained_kwargs") or {})
-    unknown = [k for k in extra if k not in HF_LOADING_ARGS]
+def check_loading_kwarg_names(names, accepted) -> None:
+    """Refuse a keyword name that is not `accepted`, suggesting the accepted names closest to it."""
+    unknown = [k for k in names if k not in accepted]
     if unknown:
-        known = [p for p in inspect.signature(from_pretrained).parameters if p not in ("cls", "from_pretrained_kwargs")]
-        close = difflib.get_close_matches(unknown[0], known + list(HF_LOADING_ARGS), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(unknown[0], list(accepted), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise TypeError(
             f"from_pretrained() got an unexpected keyword argument {unknown[0]!r}.{hint} "
             f"Accepted HuggingFace loading arguments: {', '.join(HF_LOADING_ARGS)}."
         )
-    if extra.pop("trust_remote_code", False):
+
+
+def refuse_remote_code(trust_remote_code) -> None:
+    """`trust_remote_code=True` is refused: no code shipped with a checkpoint is ever run."""
+    if trust_remote_code:
         raise UnsafeCheckpointError(
             "trust_remote_code=True is refused: hooked converts weights with its own code and never runs Python "
             "code shipped with a checkpoint. Load a supported architecture (loading.supported_architectures())."
         )
-    if "torch_dtype" in extra:
-        torch_dtype = to_dtype(extra.pop("torch_dtype"), "torch_dtype")
-        if kw.get("dtype", "float32") not in ("float32", torch.float32) and to_dtype(kw["dtype"]) != torch_dtype:
-            raise InputError(f"dtype={kw['dtype']!r} and torch_dtype={torch_dtype} disagree: pass only dtype=")
-        kw["dtype"] = torch_dtype
-    return extra
+
+
+def merge_torch_dtype(dtype, torch_dtype) -> torch.dtype:
+    """HF's `torch_dtype=` as `dtype`; refused when `dtype` was also set to something else."""
+    torch_dtype = to_dtype(torch_dtype, "torch_dtype")
+    if dtype not in ("float32", torch.float32) and to_dtype(dtype) != torch_dtype:
+        raise InputError(f"dtype={dtype!r} and torch_dtype={torch_dtype} disagree: pass only dtype=")
+    return torch_dtype
 
 
 # -- conversion --------------------------------------------------------------------------------

@@ -221,7 +221,7 @@ def check_pos_slice(pos_slice: Any, name: str = "pos_slice") -> None:
 def check_generate_args(
     max_new_tokens, temperature, top_k, top_p, freq_penalty, repetition_penalty, seed, eos_token_id, d_vocab
 ) -> None:
-    """Types and ranges of `generate`'s numeric arguments."""
+    """Types and ranges of `generate`'s numeric arguments (`d_vocab=None`: eos ids are not range-checked)."""
     _int_at_least(max_new_tokens, "max_new_tokens", 0)
     if top_k is not None:
         _int_at_least(top_k, "top_k", 1)
@@ -242,7 +242,7 @@ def check_generate_args(
         ids = list(ids)
         if not ids:
             raise InputError("eos_token_id is an empty list: pass None to use the tokenizer's EOS")
-        bad = [i for i in ids if not 0 <= i < d_vocab]
+        bad = [] if d_vocab is None else [i for i in ids if not 0 <= i < d_vocab]
         if bad:
             raise InputError(f"eos_token_id {bad[0]} is outside the vocabulary [0, {d_vocab})")
 

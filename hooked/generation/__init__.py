@@ -2,7 +2,8 @@
 
 `HookedTransformer.generate` and `generate_stream` are `loop.generate` and
 `loop.generate_stream`; the names below were importable from `hooked.generation` when it was
-one module, and still are.
+one module, and still are. `GenerationOptions` holds every option of a call in one validated
+object (`generate(model, prompt, options=...)`).
 """
 
 # past `__all__`: the rest of what the one-module `hooked.generation` held or imported, so that
@@ -40,6 +41,7 @@ from hooked.generation.loop import (  # noqa: F401
     stitch_attention,
     warn_python_hooks,
 )
+from hooked.generation.options import GenerationOptions
 from hooked.generation.sampling import (
     apply_freq_penalty,
     apply_repetition_penalty,
@@ -51,6 +53,7 @@ from hooked.generation.sampling import (
 
 __all__ = [
     "RETURN_TYPES",
+    "GenerationOptions",
     "GenerationOutput",
     "Prompt",
     "apply_freq_penalty",

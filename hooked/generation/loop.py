@@ -26,6 +26,7 @@ that samples a stop token keeps running, with its later tokens forced to the pad
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Generator, Sequence
@@ -40,16 +41,15 @@ from hooked.analysis.activation_cache import ActivationCache
 from hooked.components.rotary import longrope_switches
 from hooked.core.errors import AttentionMaskError, GenerationHookError, InputError
 from hooked.core.utils import USE_DEFAULT_VALUE, AtSteps
-from hooked.core.validation import (
-    check_generate_args,
-    check_hook_pairs,
-    check_model_input,
-    check_names_filter,
-    check_token_range,
-    mask_dtype_check,
-    mask_is_all_ones,
-)
+from hooked.core.validation import check_model_input, check_token_range, mask_dtype_check, mask_is_all_ones
 from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache
+from hooked.generation.options import (  # noqa: F401  (RETURN_TYPES: importable from here)
+    OPTION_NAMES,
+    RETURN_TYPES,
+    GenerationOptions,
+    check_eos_in_vocab,
+    resolve_options,
+)
 from hooked.generation.sampling import (  # noqa: F401  (re-exported: they were importable from here)
     _check_sampling,
     apply_freq_penalty,
@@ -69,8 +69,6 @@ from hooked.generation.static_cache import (
 )
 
 logger = logging.getLogger(__name__)
-
-RETURN_TYPES = ("input", "str", "tokens", "embeds")
 
 
 # =========================================================================================
@@ -587,64 +585,40 @@ class _Call:
     recorder: _StepRecorder | StaticRecorder | None
 
 
-def _prepare(
-    model, input, max_new_tokens, stop_at_eos, eos_token_id, do_sample, top_k, top_p, temperature, freq_penalty,
-    use_past_kv_cache, prepend_bos, padding_side, return_type, verbose, repetition_penalty, attention_mask,
-    fwd_hooks, return_cache, names_filter, device, output_logits, generator, seed,
-    cache_implementation=None, compile=None, static_options=None,
-) -> _Call:  # fmt: skip
-    if return_type not in RETURN_TYPES:
-        raise InputError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
-    check_generate_args(
-        max_new_tokens, temperature, top_k, top_p, freq_penalty, repetition_penalty, seed, eos_token_id,
-        model.cfg.d_vocab_out,
-    )  # fmt: skip
-    fwd_hooks = check_hook_pairs(fwd_hooks, "fwd_hooks")
-    if return_cache:
-        names_filter = check_names_filter(names_filter)
+def _prepare(model, input, attention_mask, options: GenerationOptions) -> _Call:
+    """The validated call: `options` were checked when built; here what depends on the model and the prompt."""
+    check_eos_in_vocab(options.eos_token_id, model.cfg.d_vocab_out)
     if any(hp.bwd_hooks for hp in model.hook_dict.values()):
         raise ValueError(
             "generate runs under torch.inference_mode, where backward hooks never fire: remove them first "
             "(model.reset_hooks(direction='bwd'))."
         )
-    prompt = prepare_prompt(model, input, prepend_bos, padding_side, attention_mask)
-    if generator is None and seed is not None:
-        generator = torch.Generator(device=prompt.mask.device).manual_seed(seed)
-    stop_ids, pad_id = _stop_tokens(model, stop_at_eos, eos_token_id)
+    prompt = prepare_prompt(model, input, options.prepend_bos, options.padding_side, attention_mask)
+    device = prompt.mask.device
+    generator = options.generator
+    if generator is None and options.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(options.seed)
+    stop_ids, pad_id = _stop_tokens(model, options.stop_at_eos, options.eos_token_id)
     sampling = dict(
-        do_sample=do_sample, top_k=top_k, top_p=top_p, temperature=temperature, generator=generator,
-        freq_penalty=freq_penalty if prompt.tokens is not None else 0.0,  # TransformerLens: token input only
-        repetition_penalty=repetition_penalty,
+        do_sample=options.do_sample, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
+        generator=generator,
+        freq_penalty=options.freq_penalty if prompt.tokens is not None else 0.0,  # TransformerLens: token input only
+        repetition_penalty=options.repetition_penalty,
     )  # fmt: skip
-    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=prompt.mask.device)
-    static, compile = _static_choice(cache_implementation, compile, use_past_kv_cache, prompt.mask.device)
-    static_options = StaticCacheOptions() if static_options is None else static_options
+    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=device)
+    static_options = StaticCacheOptions() if options.static_options is None else options.static_options
     opts = _Options(
-        max_new_tokens, use_past_kv_cache, stop_tensor, pad_id, sampling, output_logits, verbose, static, compile,
-        static_options,
+        options.max_new_tokens, options.use_past_kv_cache, stop_tensor, pad_id, sampling, options.output_logits,
+        options.verbose, options.static, options.compiles(device), static_options,
     )  # fmt: skip
     recorder = None
-    if return_cache and static:
-        names = model._names_from_filter(names_filter)
-        recorder = StaticRecorder(model, names, prompt.length + max_new_tokens, device)
-    elif return_cache:
-        recorder = _StepRecorder(model, names_filter, device, use_past_kv_cache)
-    hooks = list(fwd_hooks) + (recorder.hooks() if recorder is not None else [])
+    if options.return_cache and options.static:
+        names = model._names_from_filter(options.names_filter)
+        recorder = StaticRecorder(model, names, prompt.length + options.max_new_tokens, options.device)
+    elif options.return_cache:
+        recorder = _StepRecorder(model, options.names_filter, options.device, options.use_past_kv_cache)
+    hooks = list(options.fwd_hooks) + (recorder.hooks() if recorder is not None else [])
     return _Call(prompt, opts, hooks, recorder)
-
-
-def _static_choice(cache_implementation, compile, use_past_kv_cache: bool, device) -> tuple[bool, bool]:
-    """`(static cache?, compile its decode step?)`; compile defaults to True on CUDA, False elsewhere."""
-    if cache_implementation not in (None, "dynamic", "static"):
-        raise InputError(f"cache_implementation must be None, 'dynamic' or 'static', got {cache_implementation!r}")
-    static = cache_implementation == "static"
-    if not static:
-        if compile:
-            raise InputError("compile=True compiles the static-cache decode step: pass cache_implementation='static'")
-        return False, False
-    if not use_past_kv_cache:
-        raise InputError("cache_implementation='static' is a KV cache: it needs use_past_kv_cache=True")
-    return True, (torch.device(device).type == "cuda") if compile is None else bool(compile)
 
 
 def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
@@ -684,6 +658,7 @@ def generate(
     cache_implementation: str | None = None,
     compile: bool | None = None,
     static_options: StaticCacheOptions | None = None,
+    options: GenerationOptions | None = None,
 ):
     """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (docs/generation.md).
 
@@ -725,6 +700,8 @@ def generate(
         compile: with the static cache, `torch.compile` the decode step (default: True on
             CUDA, False elsewhere). Hooks that are not declarative keep the steps eager.
         static_options: `StaticCacheOptions` (stop-check interval, compile mode).
+        options: a `GenerationOptions` holding all of the above but `attention_mask`: keywords
+            left at their defaults defer to it, a keyword that disagrees with it is refused.
 
     The sampling steps run in the order given in docs/generation.md ("Sampling order").
 
@@ -732,12 +709,22 @@ def generate(
         The `return_type` output, or a `GenerationOutput` if `output_logits` or
         `return_cache` is set.
     """
-    call = _prepare(model, **_arguments(locals()))
+    keywords = dict(
+        max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id, do_sample=do_sample,
+        top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
+        use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, padding_side=padding_side,
+        return_type=return_type, verbose=verbose, repetition_penalty=repetition_penalty, fwd_hooks=fwd_hooks,
+        return_cache=return_cache, names_filter=names_filter, device=device, output_logits=output_logits,
+        generator=generator, seed=seed, cache_implementation=cache_implementation, compile=compile,
+        static_options=static_options,
+    )  # fmt: skip
+    options = resolve_options(options, keywords, _GENERATE_DEFAULTS)
+    call = _prepare(model, input, attention_mask, options)
     with torch.inference_mode():
         progress = _drain(_decode(model, call.prompt, call.opts, call.hooks))
-    if output_logits or return_cache:
+    if options.output_logits or options.return_cache:
         return _structured(model, progress, call.recorder)
-    return _format(model, progress, return_type)
+    return _format(model, progress, options.return_type)
 
 
 def generate_stream(
@@ -770,6 +757,7 @@ def generate_stream(
     cache_implementation: str | None = None,
     compile: bool | None = None,
     static_options: StaticCacheOptions | None = None,
+    options: GenerationOptions | None = None,
 ) -> Generator[torch.Tensor | str | list[str], None, Any]:
     """`generate`, yielding the new tokens in chunks of at most `max_tokens_per_yield` as they come.
 
@@ -777,13 +765,21 @@ def generate_stream(
     input (a str for str input, a list for list input). When the stream is exhausted its
     return value (`StopIteration.value`, or the result of `yield from`) is what
     `generate` would have returned. Hooks stay attached until the stream ends or is
-    closed.
+    closed. `options=` is as in `generate` (`max_tokens_per_yield` stays a keyword).
     """
     if max_tokens_per_yield < 1:
         raise ValueError(f"max_tokens_per_yield must be >= 1, got {max_tokens_per_yield}")
-    arguments = _arguments(locals())
-    arguments.pop("max_tokens_per_yield")
-    call = _prepare(model, **arguments)
+    keywords = dict(
+        max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id, do_sample=do_sample,
+        top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
+        use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, padding_side=padding_side,
+        return_type=return_type, verbose=verbose, repetition_penalty=repetition_penalty, fwd_hooks=fwd_hooks,
+        return_cache=return_cache, names_filter=names_filter, device=device, output_logits=output_logits,
+        generator=generator, seed=seed, cache_implementation=cache_implementation, compile=compile,
+        static_options=static_options,
+    )  # fmt: skip
+    options = resolve_options(options, keywords, _STREAM_DEFAULTS)
+    call = _prepare(model, input, attention_mask, options)
     steps = _decode(model, call.prompt, call.opts, call.hooks)
     chunk: list[torch.Tensor] = []
     while True:
@@ -797,9 +793,9 @@ def generate_stream(
             chunk = []
     if chunk:
         yield _stream_chunk(model, call.prompt, chunk)
-    if output_logits or return_cache:
+    if options.output_logits or options.return_cache:
         return _structured(model, progress, call.recorder)
-    return _format(model, progress, return_type)
+    return _format(model, progress, options.return_type)
 
 
 def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
@@ -811,6 +807,11 @@ def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
     return tokens
 
 
-def _arguments(local_vars: dict) -> dict:
-    """A public function's arguments, for `_prepare` (everything but the model)."""
-    return {k: v for k, v in local_vars.items() if k != "model"}
+def _option_defaults(fn) -> dict[str, Any]:
+    """`fn`'s defaults for the `GenerationOptions` fields (the stream's `verbose` is False)."""
+    parameters = inspect.signature(fn).parameters
+    return {name: parameters[name].default for name in OPTION_NAMES}
+
+
+_GENERATE_DEFAULTS = _option_defaults(generate)
+_STREAM_DEFAULTS = _option_defaults(generate_stream)

@@ -221,15 +221,27 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
                 `pipeline=True` with `micro_batches=` and `timeout_s=` (default 300 s): each rank
                 loads one stage of blocks (docs/scaling-out.md).
 
+        All of these are gathered into a `hooked.loading.options.LoadOptions`, checked once;
+        `hooked.loading.load_pretrained(HookedTransformer, model_name, options)` loads with one built beforehand.
+
         Returns:
             The loaded `HookedTransformer`.
         """
-        if from_pretrained_kwargs.pop("pipeline", False):  # one stage per torch.distributed rank
-            args = {k: v for k, v in locals().items() if k not in ("cls", "__class__", "from_pretrained_kwargs")}
-            return cls.placement_loader("pipeline")(**args, **from_pretrained_kwargs)
         from hooked.loading import load_pretrained
+        from hooked.loading.options import LoadOptions
 
-        return load_pretrained(cls, **{k: v for k, v in locals().items() if k not in ("cls", "__class__")})
+        options = LoadOptions.from_keywords(
+            fold_ln=fold_ln, center_writing_weights=center_writing_weights, center_unembed=center_unembed,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices, checkpoint_index=checkpoint_index,
+            checkpoint_value=checkpoint_value, checkpoint_label=checkpoint_label, hf_model=hf_model, device=device,
+            n_devices=n_devices, tokenizer=tokenizer, move_to_device=move_to_device,
+            fold_value_biases=fold_value_biases, default_prepend_bos=default_prepend_bos,
+            default_padding_side=default_padding_side, dtype=dtype, first_n_layers=first_n_layers, n_ctx=n_ctx,
+            device_map=device_map, max_memory=max_memory, offload_folder=offload_folder, **from_pretrained_kwargs,
+        )  # fmt: skip
+        if options.pipeline:  # one stage per torch.distributed rank
+            return cls.placement_loader("pipeline")(model_name, options=options)
+        return load_pretrained(cls, model_name, options)
 
     @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs) -> HookedTransformer:

@@ -25,6 +25,7 @@ arrives is reported after `timeout_s` (300 s by default).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from hooked.components.forward_state import ForwardState
 from hooked.core.errors import InputError
 from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 from hooked.core.validation import check_layer, check_no_text_for_residual, check_token_shape, mask_dtype_check
+from hooked.loading.options import LoadOptions
 from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.scale.collectives import (
     PipelineError,
@@ -60,7 +62,13 @@ logger = logging.getLogger(__name__)
 
 
 def from_pretrained_pipeline(
-    model_name: str, *, micro_batches: int = 1, timeout_s: float | None = None, pipeline: bool = True, **kwargs
+    model_name: str,
+    *,
+    micro_batches: int = 1,
+    timeout_s: float | None = None,
+    pipeline: bool = True,
+    options: LoadOptions | None = None,
+    **kwargs,
 ) -> PipelineTransformer:
     """`HookedTransformer.from_pretrained(model_name, pipeline=True, ...)` under torchrun.
 
@@ -70,16 +78,27 @@ def from_pretrained_pipeline(
     gives this rank its stage, and reads from the checkpoint only that stage's tensors.
     Ranks that opened different checkpoints fail at once. `micro_batches` is the default
     number of slices a forward cuts the batch into (see `PipelineTransformer.forward`).
+    The other keywords are `from_pretrained`'s; `options=` (a `LoadOptions`) replaces them all.
     """
-    rank, world_size, device = init_group(timeout_s)
+    if options is None:
+        options = LoadOptions.from_keywords(pipeline=True, micro_batches=micro_batches, timeout_s=timeout_s, **kwargs)
+    elif kwargs or micro_batches != 1 or timeout_s is not None:
+        raise InputError(
+            "from_pretrained_pipeline got options= and keywords: pass every setting in options "
+            "(dataclasses.replace(options, ...)) or every setting as a keyword"
+        )
+    elif not options.pipeline:
+        options = dataclasses.replace(options, pipeline=True)  # validated for a pipeline (no device=)
+    rank, world_size, device = init_group(options.timeout_s)
+    micro = 1 if options.micro_batches is None else options.micro_batches
     with check_in("in from_pretrained(pipeline=True)", device):
-        return _load_pipeline(model_name, rank, world_size, device, micro_batches, **kwargs)
+        return _load_pipeline(model_name, rank, world_size, device, micro, options)
 
 
-def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_batches: int, /, **kwargs):
+def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_batches: int, options: LoadOptions):
     model, error = None, None
     try:
-        model = load_stage(PipelineTransformer, model_name, rank, world_size, device, **kwargs)
+        model = load_stage(PipelineTransformer, model_name, rank, world_size, device, options)
     except Exception as e:  # reported to every rank, so none waits for the others
         error = e
     errors = [None] * world_size

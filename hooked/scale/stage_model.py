@@ -7,13 +7,12 @@ processed (other stages' as shape-only meta tensors) and adopted as the stage's 
 
 from __future__ import annotations
 
-import inspect
 import logging
 
 import torch
 
 from hooked.core.dtypes import cast_parameter
-from hooked.core.errors import InputError
+from hooked.loading.options import LoadOptions
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
     _LAST_MODULES,
@@ -28,42 +27,30 @@ from hooked.scale.stage_loading import (
 logger = logging.getLogger(__name__)
 
 
-def _from_pretrained_arguments(kwargs: dict) -> dict:
-    """`from_pretrained`'s keyword arguments with their defaults; unknown ones go to `from_pretrained_kwargs`."""
-    from hooked.models.hooked_transformer import HookedTransformer
+def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: torch.device, options: LoadOptions):
+    """A `cls` model holding real weights only for stage `rank` of `world_size` (see module doc).
 
-    params = inspect.signature(HookedTransformer.from_pretrained).parameters
-    kw = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
-    kw["from_pretrained_kwargs"] = {k: v for k, v in kwargs.items() if k not in params}
-    kw.update({k: v for k, v in kwargs.items() if k in params})
-    return kw
-
-
-def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: torch.device, **kwargs):
-    """A `cls` model holding real weights only for stage `rank` of `world_size` (see module doc)."""
+    `options` were validated for a pipeline when built (no `device=`, no `n_devices=`).
+    """
     from hooked.loading.checkpoint import load_tokenizer
     from hooked.loading.checkpoints import resolve_checkpoint
     from hooked.loading.pretrained import build_config, hf_architecture, resolve_source
     from hooked.loading.registry import get_architecture
-    from hooked.loading.validation import check_converted_shapes, check_from_pretrained_kwargs, to_dtype
+    from hooked.loading.validation import check_converted_shapes, to_dtype
 
-    kw, device = _from_pretrained_arguments(kwargs), stage_device
-    if kw["n_devices"] != 1 or kw["device"] is not None:
-        raise InputError("pipeline=True places each stage on its rank's device: do not pass device= or n_devices=")
-    hf_model, tokenizer = kw["hf_model"], kw["tokenizer"]
-    checkpoints = {k: kw[k] for k in ("checkpoint_index", "checkpoint_value", "checkpoint_label")}
-    hub_kwargs = check_from_pretrained_kwargs(cls.from_pretrained, kw)
-    where, checkpoint_fields = resolve_checkpoint(model_name, **checkpoints, hf_model=hf_model, **hub_kwargs)
+    device = stage_device
+    hf_model, tokenizer, hub_kwargs = options.hf_model, options.tokenizer, options.hub_kwargs
+    where, checkpoint_fields = resolve_checkpoint(model_name, **options.checkpoints, hf_model=hf_model, **hub_kwargs)
     source = resolve_source(where, hf_model, **hub_kwargs)
     arch_name = hf_architecture(source.hf_config, hf_model)
     cfg = build_config(
         source.hf_config,
         arch_name,
         model_name,
-        n_ctx=kw["n_ctx"],
-        n_layers=kw["first_n_layers"],
-        default_prepend_bos=kw["default_prepend_bos"],
-        dtype=to_dtype(kw["dtype"]),
+        n_ctx=options.n_ctx,
+        n_layers=options.first_n_layers,
+        default_prepend_bos=options.default_prepend_bos,
+        dtype=to_dtype(options.dtype),
         device=str(device),
         **checkpoint_fields,
     )
@@ -85,10 +72,10 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
     )
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    model = build_stage_model(cls, cfg, tokenizer, stage, kw["default_padding_side"])
+    model = build_stage_model(cls, cfg, tokenizer, stage, options.default_padding_side)
     expected = {k: v.shape for k, v in model.state_dict().items() if stage.owns_name(k)}
     check_converted_shapes(expected, state, tracked)
-    _process_and_adopt(model, state, stage, device, kw, protected)
+    _process_and_adopt(model, state, stage, device, options.processing, protected)
     model.stage, model.device, model.requested_keys = stage, device, view.requested
     model.fingerprint = checkpoint_fingerprint(source.state, source.hf_config)
     logger.info(
@@ -134,18 +121,11 @@ def build_stage_model(cls, cfg, tokenizer, stage: Stage, padding_side: str):
     return model
 
 
-def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, kw: dict, protected) -> None:
+def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, flags: dict, protected) -> None:
     """Process weights (other stages' tensors are meta: shape-only), keep this stage's, free the rest."""
     from hooked.processing.steps import process_state_dict
 
-    flags = (
-        "fold_ln",
-        "center_writing_weights",
-        "center_unembed",
-        "fold_value_biases",
-        "refactor_factored_attn_matrices",
-    )
-    state = process_state_dict(model, state, **{f: kw[f] for f in flags}, in_place=True, protected_storages=protected)
+    state = process_state_dict(model, state, **flags, in_place=True, protected_storages=protected)
     for name in list(state):
         tensor = state.pop(name)
         if not stage.owns_name(name):
