@@ -21,7 +21,13 @@ from hooked.loading.checkpoint import (
 from hooked.loading.options import LoadOptions
 from hooked.loading.placed import load_placed, wants_placement
 from hooked.loading.registry import get_architecture
-from hooked.loading.validation import check_converted_shapes, convert_checked, to_dtype, where_in
+from hooked.loading.validation import (  # noqa: F401  (check_from_pretrained_kwargs: importable from here before)
+    check_converted_shapes,
+    check_from_pretrained_kwargs,
+    convert_checked,
+    to_dtype,
+    where_in,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 
 import torch
@@ -56,6 +57,20 @@ def merge_torch_dtype(dtype, torch_dtype) -> torch.dtype:
     if dtype not in ("float32", torch.float32) and to_dtype(dtype) != torch_dtype:
         raise InputError(f"dtype={dtype!r} and torch_dtype={torch_dtype} disagree: pass only dtype=")
     return torch_dtype
+
+
+def check_from_pretrained_kwargs(from_pretrained, kw: dict) -> dict:
+    """The three checks above applied to `kw["from_pretrained_kwargs"]` (its signature before `LoadOptions`).
+
+    Returns the HF loading arguments to pass on; `kw["dtype"]` takes `torch_dtype`.
+    """
+    extra = dict(kw.get("from_pretrained_kwargs") or {})
+    known = [p for p in inspect.signature(from_pretrained).parameters if p not in ("cls", "from_pretrained_kwargs")]
+    check_loading_kwarg_names(extra, list(HF_LOADING_ARGS) + known)
+    refuse_remote_code(extra.pop("trust_remote_code", False))
+    if "torch_dtype" in extra:
+        kw["dtype"] = merge_torch_dtype(kw.get("dtype", "float32"), extra.pop("torch_dtype"))
+    return extra
 
 
 # -- conversion --------------------------------------------------------------------------------

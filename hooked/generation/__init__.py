@@ -6,42 +6,36 @@ one module, and still are. `GenerationOptions` holds every option of a call in o
 object (`generate(model, prompt, options=...)`).
 """
 
-# past `__all__`: the rest of what the one-module `hooked.generation` held or imported, so that
-# code importing it from there (`from hooked.generation import StaticKeyValueCache`) keeps working
-from hooked.generation.loop import (  # noqa: F401
-    RETURN_TYPES,
-    USE_DEFAULT_VALUE,
-    ActivationCache,
-    AtSteps,
-    AttentionMaskError,
-    DeviceStepGate,
-    GenerationHookError,
-    GenerationOutput,
-    HookedTransformerKeyValueCache,
-    InputError,
-    Prompt,
-    StaticCacheOptions,
-    StaticKeyValueCache,
-    StaticRecorder,
+# Past `__all__`: the rest of what the one-module `hooked.generation` held or imported, so that
+# code importing it from there (`from hooked.generation import StaticKeyValueCache`) keeps working.
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401
+from hooked.components.rotary import longrope_switches  # noqa: F401
+from hooked.core.errors import AttentionMaskError, GenerationHookError, InputError  # noqa: F401
+from hooked.core.utils import USE_DEFAULT_VALUE, AtSteps  # noqa: F401
+from hooked.core.validation import (  # noqa: F401
     check_generate_args,
     check_hook_pairs,
-    check_left_padded,
     check_model_input,
     check_names_filter,
     check_token_range,
-    decode_step,
-    generate,
-    generate_stream,
-    is_compile_safe,
-    logger,
-    longrope_switches,
     mask_dtype_check,
     mask_is_all_ones,
+)
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache  # noqa: F401
+from hooked.generation.loop import (  # noqa: F401
+    GenerationOutput,
+    Prompt,
+    check_left_padded,
+    generate,
+    generate_stream,
+    logger,
     prepare_prompt,
     stitch_attention,
-    warn_python_hooks,
 )
-from hooked.generation.options import GenerationOptions
+from hooked.generation.options import (
+    RETURN_TYPES,  # noqa: F401
+    GenerationOptions,
+)
 from hooked.generation.sampling import (
     apply_freq_penalty,
     apply_repetition_penalty,
@@ -49,6 +43,14 @@ from hooked.generation.sampling import (
     token_counts,
     top_k_filter,
     top_p_filter,
+)
+from hooked.generation.static_cache import (  # noqa: F401
+    DeviceStepGate,
+    StaticCacheOptions,
+    StaticRecorder,
+    decode_step,
+    is_compile_safe,
+    warn_python_hooks,
 )
 
 __all__ = [

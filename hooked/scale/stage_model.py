@@ -12,6 +12,7 @@ import logging
 import torch
 
 from hooked.core.dtypes import cast_parameter
+from hooked.core.errors import InputError  # noqa: F401  (importable from here before)
 from hooked.loading.options import LoadOptions
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
