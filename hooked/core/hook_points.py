@@ -82,7 +82,7 @@ class _HookHandle(RemovableHandle):
 
     def __init__(self, fns: OrderedDict, hook: HookFunction):
         super().__init__(fns)
-        self.id = max(fns, default=-1) + 1
+        self.id = max(fns, default=0) + 1  # from 1, as TransformerLens's handle ids
         self.fn = hook
 
     def remove(self) -> None:
