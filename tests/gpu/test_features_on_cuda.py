@@ -20,8 +20,8 @@ from hooked.harvest import ActivationReader, harvest
 from hooked.viz import attention_patterns, direct_logit_attribution, logit_lens
 from hooked.viz._html import embedded_data
 from tests.unit.circuits_models import logit_diff, make_model, token_pair
-from tests.unit.test_hooked_encoder import config as encoder_config
-from tests.unit.test_hooked_encoder import make_wordpiece_tokenizer
+from tests.unit.models.test_hooked_encoder import config as encoder_config
+from tests.unit.models.test_hooked_encoder import make_wordpiece_tokenizer
 
 CUDA = torch.device("cuda:0")
 CLOSE = dict(atol=1e-4, rtol=1e-4)

@@ -9,7 +9,7 @@ from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
 from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
 from tests.acceptance.test_t5_parity import inputs, tiny_t5
 from tests.helpers import CORPUS
-from tests.unit.test_t5 import t5_cfg
+from tests.unit.components.test_t5 import t5_cfg
 
 
 def t5_tokenizer():

@@ -16,7 +16,7 @@ from hooked.core.utils import at_steps
 from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
 from tests.helpers import hooked_from
 from tests.precision_models import FAMILIES
-from tests.unit.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
+from tests.unit.models.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False, output_logits=True)
 

@@ -8,7 +8,7 @@ import torch
 from hooked.core.errors import InputError, InputTypeError
 from hooked.harvest import ActivationReader, harvest
 from hooked.viz import DashboardOptions, SAELatent, embedded_data, feature_dashboard
-from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
+from tests.unit.harvest._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
 HOOK = HOOKS[0]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import hooked
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SOURCE_FOLDERS = ("hooked", "components", "loading", "tests", "benchmarks")
 
 

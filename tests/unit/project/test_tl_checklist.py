@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "transformerlens-migration.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "transformerlens-migration.md"
 SECTION = "## TransformerLens checklist"
 PATH = re.compile(r"`((?:hooked|components)\.[A-Za-z_][\w.]*)`")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.harvest import ActivationReader, harvest
-from tests.unit._harvest_common import DOCS, HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
+from tests.unit.harvest._harvest_common import DOCS, HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
 
 def _cache_batches(model, contexts: list[torch.Tensor], batch_size: int, pad_id: int):

@@ -10,7 +10,7 @@ from hooked.viz import SAELatent
 alias_transformer_lens()
 import sae_lens  # noqa: E402  (installed with --no-deps; needs the alias first)
 
-from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: E402,F401
+from tests.unit.harvest._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: E402,F401
 
 
 def _randomized(sae):

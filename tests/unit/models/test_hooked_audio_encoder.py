@@ -8,7 +8,7 @@ import torch
 
 from hooked.models.hooked_audio_encoder import HookedAudioEncoder, normalize_waveforms
 from tests.acceptance.test_hubert_parity import tiny_hubert
-from tests.unit.test_hubert import hubert_cfg
+from tests.unit.components.test_hubert import hubert_cfg
 
 
 def test_normalization_equals_hf_feature_extractor():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from hooked import loading
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "architectures.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "architectures.md"
 SECTION = "## Every supported class"
 
 

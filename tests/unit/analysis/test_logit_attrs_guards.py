@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hooked.core.errors import InputError
-from tests.unit.test_cache_analysis import VARIANTS, make_model, run
+from tests.unit.analysis.test_cache_analysis import VARIANTS, make_model, run
 
 torch.set_num_threads(1)
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from hooked.harvest import harvest
-from tests.unit._harvest_common import (  # noqa: F401  (fixtures)
+from tests.unit.harvest._harvest_common import (  # noqa: F401  (fixtures)
     HOOKS,
     assert_same_harvest,
     corpus_dir_fixture,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # bottom to top; a package may import its own layer's modules and any layer below
 LAYERS: list[tuple[str, ...]] = [

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from hooked.harvest import ActivationReader, HarvestMismatchError, HarvestWriteError, harvest, writer
-from tests.unit._harvest_common import (  # noqa: F401  (fixtures)
+from tests.unit.harvest._harvest_common import (  # noqa: F401  (fixtures)
     HOOKS,
     assert_same_harvest,
     corpus_dir_fixture,

@@ -24,7 +24,7 @@ from hooked.loading.bundled import (
 )
 from hooked.loading.gguf import CONVERSION_FORMAT_VERSION, CONVERSION_MARKER, find_gguf_file
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SMOL = BUNDLED_MODELS["smollm2-135m"]
 
 

@@ -14,7 +14,7 @@ import torch
 
 from tests.helpers import CORPUS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).with_name("_harvest_worker.py")
 HOOKS = ["blocks.0.hook_resid_post", "blocks.0.attn.hook_z"]
 DOCS = [f"{i}: {CORPUS[i % len(CORPUS)]} {CORPUS[(3 * i + 1) % len(CORPUS)][: 5 + 7 * (i % 5)]}" for i in range(60)]

@@ -7,7 +7,7 @@ import torch
 
 from hooked.models.hooked_encoder import HookedEncoder
 from hooked.models.next_sentence_prediction import PREDICTIONS, BertNextSentencePrediction
-from tests.unit.test_hooked_encoder import config, make_wordpiece_tokenizer
+from tests.unit.models.test_hooked_encoder import config, make_wordpiece_tokenizer
 
 
 @pytest.fixture(scope="module")
