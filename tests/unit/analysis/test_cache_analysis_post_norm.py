@@ -14,9 +14,7 @@ import warnings
 import pytest
 import torch
 
-from tests.acceptance.test_gemma_parity import tiny_gemma
-from tests.acceptance.tiny_models import tiny_hf
-from tests.helpers import hooked_from
+from tests.tiny_models import hooked_from, tiny_gemma, tiny_hf
 
 ATOL = 1e-5
 

@@ -5,7 +5,8 @@ import torch
 
 from hooked.analysis import patching
 from hooked.circuits import attribution_patch
-from tests.unit.circuits_models import last_token_metric, logit_diff, make_model, right_padding_mask, token_pair
+from tests.helpers import last_token_metric, logit_diff, right_padding_mask
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
@@ -32,7 +33,7 @@ def exact_position_patch(model, clean, corrupted, name, metric=logit_diff):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_atp_equals_exact_patching_where_the_metric_is_linear(family):
     # no final norm: the logit difference is linear in the last hook_resid_post
-    model = make_model(family, normalization_type=None)
+    model = tiny_hooked(family, normalization_type=None)
     clean, corrupted = token_pair()
     name = "blocks.1.hook_resid_post"
     attr = attribution_patch(model, clean, corrupted, logit_diff, [name])[name]
@@ -44,7 +45,7 @@ def test_atp_equals_exact_patching_where_the_metric_is_linear(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_atp_correlates_with_exact_head_patching(family):
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair()
     _, clean_cache = model.run_with_cache(clean)
     exact = patching.get_act_patch_attn_head_out_by_pos(model, corrupted, clean_cache, logit_diff)
@@ -57,7 +58,7 @@ def test_atp_correlates_with_exact_head_patching(family):
 
 @pytest.mark.parametrize("family", FAMILIES + ["gemma_post_norm"])
 def test_integrated_gradients_complete_at_a_full_cut(family):
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair()
     name = "blocks.1.hook_resid_pre"
     ig = attribution_patch(model, clean, corrupted, logit_diff, [name], method="ig", steps=64, steps_per_forward=32)
@@ -68,7 +69,7 @@ def test_integrated_gradients_complete_at_a_full_cut(family):
 
 
 def test_ig_steps_per_forward_does_not_change_the_result():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     name = "blocks.0.attn.hook_z"
     a = attribution_patch(model, clean, corrupted, logit_diff, [name], method="ig", steps=8)[name]
@@ -100,7 +101,7 @@ def exact_head_patch(model, clean, corrupted, name, n_heads, metric=all_position
 @pytest.mark.parametrize("kind", ["q", "k"])
 def test_recompute_softmax_is_exact_when_the_metric_is_linear_in_the_pattern(kind, kv_heads):
     # one attention-only layer without norms: logits are linear in the pattern, so AtP* on q/k is exact
-    model = make_model(
+    model = tiny_hooked(
         "gpt2", n_layers=1, attn_only=True, normalization_type=None, n_key_value_heads=kv_heads, initializer_range=0.3
     )  # large weights: sharp attention, so the softmax is far from linear
     clean, corrupted = token_pair(positions=(1, 3))
@@ -116,7 +117,7 @@ def test_recompute_softmax_is_exact_when_the_metric_is_linear_in_the_pattern(kin
 
 
 def test_recompute_softmax_with_rotary_matches_exact_patching():
-    model = make_model("llama_gqa", n_layers=1, attn_only=True, normalization_type=None, initializer_range=0.3)
+    model = tiny_hooked("llama_gqa", n_layers=1, attn_only=True, normalization_type=None, initializer_range=0.3)
     clean, corrupted = token_pair(positions=(1, 3))
     name = "blocks.0.attn.hook_q"
     star = attribution_patch(
@@ -128,7 +129,7 @@ def test_recompute_softmax_with_rotary_matches_exact_patching():
 def test_grad_drop_in_the_last_layer_is_the_absolute_atp():
     # with 2 layers, dropping layer 0's writes leaves a layer-1 node's gradient intact and dropping
     # layer 1's zeroes it: GradDrop = (|AtP| + 0) / (2 - 1)
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     name = "blocks.1.attn.hook_z"
     plain = attribution_patch(model, clean, corrupted, logit_diff, [name])[name]
@@ -138,7 +139,7 @@ def test_grad_drop_in_the_last_layer_is_the_absolute_atp():
 
 
 def test_padded_batch_equals_each_example_alone():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair(batch=3, pos=6)
     mask = right_padding_mask(3, 6)
     name = "blocks.1.hook_resid_pre"
@@ -151,7 +152,7 @@ def test_padded_batch_equals_each_example_alone():
 
 
 def test_bad_arguments_name_the_problem():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     with pytest.raises(ValueError, match="method"):
         attribution_patch(model, clean, corrupted, logit_diff, ["blocks.0.hook_resid_pre"], method="nope")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from hooked.circuits import Graph, edge_attribution_patching, edge_patching
-from tests.unit.circuits_models import last_token_metric, logit_diff, make_model, right_padding_mask, token_pair
+from tests.helpers import last_token_metric, logit_diff, right_padding_mask
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
@@ -29,7 +30,7 @@ def removal_effects(model, graph, clean, corrupted, metric=logit_diff):
 @pytest.mark.parametrize("family", ["gpt2", "llama_gqa", "moe"])
 def test_eap_is_exact_on_edges_into_linear_logits(family):
     # without a final norm the logits are linear in their input, so the first-order score is the effect
-    model = make_model(family, normalization_type=None)
+    model = tiny_hooked(family, normalization_type=None)
     clean, corrupted = token_pair()
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff)
     logits = graph.receiver_index["logits"]
@@ -44,7 +45,7 @@ def test_eap_is_exact_on_edges_into_linear_logits(family):
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig"])
 def test_scores_correlate_with_exact_edge_removal(method):
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff, method=method, steps=5)
     exact = removal_effects(model, graph, clean, corrupted)
@@ -57,7 +58,7 @@ def test_eap_ig_scores_out_of_the_input_are_complete(family):
     # every path starts at the input node, so its edges' IG scores add up to the total effect.
     # Not for MoE: along the path the top-k routing switches experts, a jump no gradient sees
     # (measured on "moe": 0.331 of 0.369, 10% short).
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair()
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", steps=64)
     with torch.no_grad():
@@ -67,7 +68,7 @@ def test_eap_ig_scores_out_of_the_input_are_complete(family):
 
 
 def test_steps_per_forward_does_not_change_eap_ig():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     a = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", steps=6)
     b = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", steps=6, steps_per_forward=4)
@@ -76,7 +77,7 @@ def test_steps_per_forward_does_not_change_eap_ig():
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig"])
 def test_padded_batch_is_the_mean_of_each_example_alone(method):
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair(batch=3, pos=6)
     mask = right_padding_mask(3, 6)
     kwargs = dict(method=method, steps=3)
@@ -89,14 +90,14 @@ def test_padded_batch_is_the_mean_of_each_example_alone(method):
 
 
 def test_no_parameter_gradient_is_left_behind():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     edge_attribution_patching(model, clean, corrupted, logit_diff)
     assert all(p.grad is None for p in model.parameters())
 
 
 def test_bad_arguments_name_the_problem():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     with pytest.raises(ValueError, match="method"):
         edge_attribution_patching(model, clean, corrupted, logit_diff, method="acdc")

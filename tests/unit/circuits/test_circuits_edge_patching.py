@@ -4,14 +4,8 @@ import pytest
 import torch
 
 from hooked.circuits import Graph, edge_patching, faithfulness, faithfulness_curve
-from tests.unit.circuits_models import (
-    FAMILIES,
-    last_token_metric,
-    logit_diff,
-    make_model,
-    right_padding_mask,
-    token_pair,
-)
+from tests.helpers import last_token_metric, logit_diff, right_padding_mask
+from tests.tiny_models import HOOKED_FAMILIES, tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 ATOL = 1e-5
@@ -23,9 +17,9 @@ def empty(graph: Graph) -> Graph:
     return out
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(HOOKED_FAMILIES))
 def test_full_graph_is_clean_and_empty_graph_is_corrupted(family):
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair()
     graph = Graph.from_model(model)
     with torch.no_grad():
@@ -39,7 +33,7 @@ def test_full_graph_is_clean_and_empty_graph_is_corrupted(family):
 
 @pytest.mark.parametrize("family", ["gpt2", "llama_gqa"])
 def test_padded_batches(family):
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair(batch=3, pos=6)
     mask = right_padding_mask(3, 6)
     graph = Graph.from_model(model)
@@ -58,7 +52,7 @@ def test_padded_batches(family):
 def test_one_removed_edge_equals_a_hand_written_hook():
     # removing a0.h1 -> a1.h2.q: head 2 of layer 1 reads its query from the residual with
     # head (0, 1)'s clean output swapped for its corrupted output; nothing else changes
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     graph = Graph.from_model(model)
     graph.in_graph[graph.sender_index["a0.h1"], graph.receiver_index["a1.h2.q"]] = False
@@ -81,7 +75,7 @@ def test_one_removed_edge_equals_a_hand_written_hook():
 
 def test_mean_ablation_of_the_empty_graph_gives_the_logits_the_mean_corrupted_residual():
     # every sender's output is its batch mean, so the residual the logits read is the mean one
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     _, cache = model.run_with_cache(corrupted)
     mean_resid = cache["blocks.1.hook_resid_post"].mean(0, keepdim=True).expand(3, -1, -1)  # [batch, pos, d_model]
@@ -92,7 +86,7 @@ def test_mean_ablation_of_the_empty_graph_gives_the_logits_the_mean_corrupted_re
 
 
 def test_faithfulness_of_full_and_empty_circuits():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     graph = Graph.from_model(model)
     assert faithfulness(model, graph, clean, corrupted, logit_diff) == pytest.approx(1.0, abs=1e-4)
@@ -101,7 +95,7 @@ def test_faithfulness_of_full_and_empty_circuits():
 
 
 def test_faithfulness_curve_matches_faithfulness_of_each_circuit():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     graph = Graph.from_model(model)
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0))

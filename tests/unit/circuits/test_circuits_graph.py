@@ -7,13 +7,13 @@ import torch
 
 from hooked.circuits import Graph, edge_patching
 from hooked.core.errors import InputError
-from tests.unit.circuits_models import make_model, token_pair
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
 
 def test_nodes_and_edges_of_a_sequential_model():
-    graph = Graph.from_model(make_model("gpt2"))  # 2 layers, 4 heads
+    graph = Graph.from_model(tiny_hooked("gpt2"))  # 2 layers, 4 heads
     assert graph.senders == ["input"] + [f"a0.h{h}" for h in range(4)] + ["m0"] + [f"a1.h{h}" for h in range(4)] + [
         "m1"
     ]
@@ -25,20 +25,20 @@ def test_nodes_and_edges_of_a_sequential_model():
 
 
 def test_parallel_blocks_have_no_edge_from_a_layers_heads_to_its_mlp():
-    graph = Graph.from_model(make_model("neox_parallel"))
+    graph = Graph.from_model(tiny_hooked("neox_parallel"))
     assert not graph.valid[graph.sender_index["a0.h2"], graph.receiver_index["m0"]]
     assert graph.valid[graph.sender_index["a0.h2"], graph.receiver_index["m1"]]
 
 
 @pytest.mark.parametrize("family", ["gemma_post_norm", "olmo2_post_norm"])
 def test_post_norm_attention_is_one_sender_per_layer(family):
-    graph = Graph.from_model(make_model(family))
+    graph = Graph.from_model(tiny_hooked(family))
     assert graph.senders == ["input", "a0", "m0", "a1", "m1"]
     assert "a1.h3.q" in graph.receiver_index  # heads still receive separately
 
 
 def test_prune_keeps_only_paths_from_input_to_logits():
-    graph = Graph.from_model(make_model("gpt2"))
+    graph = Graph.from_model(tiny_hooked("gpt2"))
     chain = [("input", "a0.h1.v"), ("a0.h1", "a1.h2.q"), ("a1.h2", "logits")]
     graph.set_edges(chain + [("m0", "logits"), ("input", "a1.h0.k")], prune=True)
     # m0 has no input edge (it outputs its corrupted value), a1.h0 reaches no logit
@@ -48,7 +48,7 @@ def test_prune_keeps_only_paths_from_input_to_logits():
 
 
 def test_pruning_does_not_change_edge_patching():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     graph = Graph.from_model(model)
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0))
@@ -64,7 +64,7 @@ def test_pruning_does_not_change_edge_patching():
 
 
 def test_top_k_and_threshold_select_by_absolute_score():
-    graph = Graph.from_model(make_model("gpt2"))
+    graph = Graph.from_model(tiny_hooked("gpt2"))
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(1))
     graph.top_k(graph.n_total_edges, prune=False)
     assert graph.n_edges == graph.n_total_edges
@@ -77,7 +77,7 @@ def test_top_k_and_threshold_select_by_absolute_score():
 
 
 def test_json_and_dot_export(tmp_path):
-    graph = Graph.from_model(make_model("gpt2"))
+    graph = Graph.from_model(tiny_hooked("gpt2"))
     graph.scores[graph.valid] = 1.0
     graph.set_edges([("input", "a0.h1.v"), ("a0.h1", "a1.h2.q"), ("a1.h2", "logits")])
     data = json.loads(graph.to_json(tmp_path / "g.json"))
@@ -95,7 +95,7 @@ def test_json_and_dot_export(tmp_path):
 
 def scored_circuit(family: str = "gpt2"):
     """A graph of `family` with random scores and a pruned top-20 circuit."""
-    model = make_model(family)
+    model = tiny_hooked(family)
     graph = Graph.from_model(model)
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0)) * graph.valid
     return model, graph.top_k(20)
@@ -143,9 +143,9 @@ def test_loading_against_another_model_shape_is_refused(tmp_path):
     _, graph = scored_circuit("gpt2")
     path = graph.save(tmp_path / "g.json")
     with pytest.raises(GraphMismatchError, match=r"n_layers=2 \(model: 3\)"):
-        Graph.load(path, make_model("gpt2", n_layers=3))
+        Graph.load(path, tiny_hooked("gpt2", n_layers=3))
     with pytest.raises(GraphMismatchError, match="heads_are_senders=True"):
-        Graph.load(path, make_model("gemma_post_norm"))
+        Graph.load(path, tiny_hooked("gemma_post_norm"))
     with pytest.raises(InputError, match="not a saved hooked Graph"):
         Graph.from_json(json.dumps({"edges": []}))
     data = json.loads(graph.to_json())
@@ -157,7 +157,7 @@ def test_loading_against_another_model_shape_is_refused(tmp_path):
 def test_same_shape_other_name_loads_with_a_warning(tmp_path, caplog):
     _, graph = scored_circuit()
     path = graph.save(tmp_path / "g.json")
-    other = make_model("gpt2", model_name="another-model")
+    other = tiny_hooked("gpt2", model_name="another-model")
     with caplog.at_level("WARNING", logger="hooked.circuits.graph"):
         loaded = Graph.load(path, other)
     assert torch.equal(loaded.scores, graph.scores) and "'another-model'" in caplog.text

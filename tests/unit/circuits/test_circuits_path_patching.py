@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from hooked.circuits import path_patching
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
+from tests.helpers import logit_diff
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
@@ -80,7 +81,7 @@ RECEIVER_SETS = [["a1.h2.q"], ["a1.h0.k", "a1.h3.v", "m1"], ["logits"], ["a1.h1"
 @pytest.mark.parametrize("family", ["gpt2", "llama_gqa"])
 @pytest.mark.parametrize("receivers", RECEIVER_SETS, ids=lambda r: "+".join(r))
 def test_path_patching_equals_the_hand_written_hooks(family, receivers):
-    model = make_model(family)
+    model = tiny_hooked(family)
     clean, corrupted = token_pair(positions=(1, 2, 4))
     got = path_patching(model, clean, corrupted, logit_diff, SENDER_SETS, receivers, sets_per_forward=2)
     expected = torch.tensor([hand_path_patch(model, clean, corrupted, s, receivers) for s in SENDER_SETS])
@@ -90,7 +91,7 @@ def test_path_patching_equals_the_hand_written_hooks(family, receivers):
 
 
 def test_senders_downstream_of_every_receiver_change_nothing():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     got = path_patching(model, clean, corrupted, logit_diff, [["a1.h0"], ["m1"]], ["a1.h2.q", "m0"])
     with torch.no_grad():
@@ -98,7 +99,7 @@ def test_senders_downstream_of_every_receiver_change_nothing():
 
 
 def test_unknown_names_are_refused():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     with pytest.raises(ValueError, match="unknown sender"):
         path_patching(model, clean, corrupted, logit_diff, [["a9.h0"]], ["logits"])

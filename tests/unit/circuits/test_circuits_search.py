@@ -8,7 +8,8 @@ import torch
 from hooked.circuits import Graph, edge_attribution_patching, faithfulness, smallest_circuit
 from hooked.circuits.search import _Search
 from hooked.core.errors import InputError
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
+from tests.helpers import logit_diff
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
@@ -31,7 +32,7 @@ def brute_force(model, graph, clean, corrupted):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_exhaustive_scan_finds_the_true_smallest_circuit(seed):
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair(seed=seed)
     graph = random_scores(model, seed)
     truth = brute_force(model, graph, clean, corrupted)
@@ -54,7 +55,7 @@ def test_exhaustive_scan_finds_the_true_smallest_circuit(seed):
 
 
 def test_bisection_boundary_and_reported_evaluations():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", verbose=False)
     found = smallest_circuit(model, graph, clean, corrupted, logit_diff, 0.8, scan=0, verbose=False)
@@ -83,7 +84,7 @@ class Curve:
 
 
 def search_with(curve, target=0.8, scan=4):
-    graph = random_scores(make_model("gpt2"))
+    graph = random_scores(tiny_hooked("gpt2"))
     search = _Search(graph, curve, target, graph.edge_order())
     search.bar = type("Bar", (), {"update": lambda *a: None, "set_postfix": lambda *a, **k: None})()
     return search, search.run(scan), graph
@@ -110,7 +111,7 @@ def test_dip_below_the_target_is_scanned_past_and_reported():
 
 
 def test_targets_out_of_reach_and_trivial():
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     graph = random_scores(model)
     with pytest.raises(InputError, match="no circuit of this graph reaches faithfulness 1.5"):
@@ -122,7 +123,7 @@ def test_targets_out_of_reach_and_trivial():
 
 
 def test_progress_bars_are_shown_and_hidden_with_identical_results(capsys):
-    model = make_model("gpt2")
+    model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()
     for method in ("eap", "eap-ig"):
         shown = edge_attribution_patching(model, clean, corrupted, logit_diff, method=method, steps=3)

@@ -117,7 +117,7 @@ def test_tokenize_and_concatenate(bos_tokenizer):
     tokenizer = bos_tokenizer
     from datasets import Dataset
 
-    from tests.helpers import CORPUS
+    from tests.tiny_models import CORPUS
 
     data = tl_utils.tokenize_and_concatenate(
         Dataset.from_dict({"text": CORPUS, "id": list(range(5))}), tokenizer, max_length=8, streaming=True

@@ -11,8 +11,7 @@ import torch
 from hooked.compat import alias_transformer_lens, unalias_transformer_lens
 from hooked.models.hooked_audio_encoder import HookedAudioEncoder
 from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
-from tests.acceptance.test_hubert_parity import tiny_hubert
-from tests.acceptance.test_t5_parity import tiny_t5
+from tests.tiny_models import tiny_hubert, tiny_t5
 
 
 @pytest.fixture(scope="module")

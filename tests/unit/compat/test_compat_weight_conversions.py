@@ -14,8 +14,7 @@ import torch
 
 from hooked.compat.pretrained import ModuleTreeTensors, convert_gpt_oss_weights, convert_llama_weights
 from hooked.loading import get_architecture
-from tests.acceptance.test_moe_parity import CONFIGS as MOE_CONFIGS
-from tests.acceptance.tiny_models import tiny_hf
+from tests.tiny_models import MOE_CONFIGS, tiny_hf
 
 
 def attribute_tree(hf):
@@ -37,7 +36,7 @@ def test_module_tree_resolves_tensors_only():
 
 @pytest.mark.parametrize("family", ["llama", "gpt_oss"])
 def test_attribute_tree_converts_like_the_state_dict(family):
-    from tests.acceptance.test_llama_family_parity import tiny_llama_family
+    from tests.tiny_models import tiny_llama_family
 
     if family == "llama":
         hf = tiny_llama_family("llama", num_attention_heads=4, num_key_value_heads=2)

@@ -10,8 +10,9 @@ import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.components.norms import RMSNorm, RMSNormGainFirst, make_norm
-from tests.acceptance.test_gemma_parity import CONFIGS, decoder_layers, max_abs, tiny_gemma, tokens
-from tests.helpers import NO_PROCESSING, hooked_from
+from tests.acceptance.test_gemma_parity import tokens
+from tests.helpers import max_abs
+from tests.tiny_models import GEMMA_CONFIGS, NO_PROCESSING, gemma_layers, hooked_from, tiny_gemma
 
 
 @pytest.fixture(scope="module")
@@ -135,11 +136,11 @@ def test_gain_first_norm_is_transparent_to_hooks_in_bf16():
 # -- conversion facts ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", list(GEMMA_CONFIGS))
 def test_converted_weights_and_config(name):
     hf = tiny_gemma(name, seed=3)
     model = hooked_from(hf)
-    cfg, layers = model.cfg, decoder_layers(hf)
+    cfg, layers = model.cfg, gemma_layers(hf)
     text = getattr(hf.config, "text_config", hf.config)
     W_E = hf.get_input_embeddings().weight
     assert cfg.embed_scale == text.hidden_size**0.5 and cfg.norm_gain_in_fp32 and cfg.act_fn == "gelu_pytorch_tanh"
@@ -218,7 +219,7 @@ def test_post_norm_hooks_fire_once_with_their_shapes(gemma3):
     assert fired["blocks.1.attn.k_norm.hook_scale"] == [(2, 12, Hkv, 1)]
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", list(GEMMA_CONFIGS))
 def test_processing_folds_pre_norms_only_and_is_idempotent(name, caplog):
     hf = tiny_gemma(name, seed=6)
     with caplog.at_level(logging.INFO):

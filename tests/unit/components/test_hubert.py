@@ -7,7 +7,7 @@ import torch
 from hooked.components.forward_state import ForwardState
 from hooked.components.hubert import AudioFrontendConfig, HubertBlock, PositionalConv, frame_mask
 from hooked.core.config import HookedTransformerConfig
-from tests.acceptance.test_hubert_parity import tiny_hubert
+from tests.tiny_models import tiny_hubert
 
 
 def hubert_cfg() -> HookedTransformerConfig:

@@ -7,7 +7,7 @@ import torch
 
 from hooked.components.t5 import T5Attention, T5Block, relative_position_bucket
 from hooked.core.config import HookedTransformerConfig
-from tests.acceptance.test_t5_parity import tiny_t5
+from tests.tiny_models import tiny_t5
 
 
 def t5_cfg(**overrides) -> HookedTransformerConfig:

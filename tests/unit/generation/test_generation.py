@@ -15,7 +15,7 @@ from hooked.generation.loop import (
     top_k_filter,
     top_p_filter,
 )
-from tests.helpers import NO_PROCESSING, hooked_from, make_tokenizer, tiny_gpt2
+from tests.tiny_models import NO_PROCESSING, hooked_from, make_tokenizer, tiny_gpt2
 
 PROMPTS = ["The quick brown fox jumps over", "Hooks", "The capital of France is"]
 

@@ -5,7 +5,7 @@ import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.generation.kv_cache import HookedTransformerKeyValueCache, HookedTransformerKeyValueCacheEntry
-from tests.helpers import hooked_from, tiny_gpt2
+from tests.tiny_models import hooked_from, tiny_gpt2
 
 LLAMA_LIKE = dict(
     d_model=64, d_head=16, n_layers=2, n_ctx=128, d_vocab=300, act_fn="silu", normalization_type="RMS",

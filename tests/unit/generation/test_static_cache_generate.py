@@ -14,8 +14,7 @@ import torch
 from hooked.core.errors import InputError
 from hooked.core.utils import at_steps
 from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
-from tests.helpers import hooked_from
-from tests.precision_models import FAMILIES
+from tests.tiny_models import EVERY_FAMILY, hooked_from
 from tests.unit.models.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
 
 GREEDY = dict(max_new_tokens=6, do_sample=False, stop_at_eos=False, verbose=False, output_logits=True)
@@ -29,7 +28,7 @@ def padded_prompt():
 
 
 def model(family="llama_gqa"):
-    return hooked_from(FAMILIES[family]())
+    return hooked_from(EVERY_FAMILY[family]())
 
 
 def assert_same_generation(a, b):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import CORPUS
+from tests.tiny_models import CORPUS
 
 REPO = Path(__file__).resolve().parents[3]
 WORKER = Path(__file__).with_name("_harvest_worker.py")
@@ -22,7 +22,7 @@ DOCS = [f"{i}: {CORPUS[i % len(CORPUS)]} {CORPUS[(3 * i + 1) % len(CORPUS)][: 5 
 
 @pytest.fixture(scope="module", name="model_dir")
 def model_dir_fixture(tmp_path_factory) -> Path:
-    from tests.helpers import make_tokenizer, tiny_gpt2
+    from tests.tiny_models import make_tokenizer, tiny_gpt2
 
     path = tmp_path_factory.mktemp("tiny-gpt2")
     tokenizer = make_tokenizer()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.loading.checkpoints import PYTHIA_CHECKPOINTS, checkpoint_revision
-from tests.classic_models import tiny_classic
+from tests.tiny_models import tiny_classic
 
 REPO = "EleutherAI/pythia-14m"
 

@@ -6,18 +6,18 @@ import pytest
 import torch
 
 from hooked import loading
-from tests.classic_models import FAMILIES, tiny_classic
+from tests.tiny_models import CLASSIC_FAMILIES, tiny_classic
 
 
 def config_of(name: str):
     import transformers
 
-    config_cls, _, kwargs = FAMILIES[name]
+    config_cls, _, kwargs = CLASSIC_FAMILIES[name]
     return getattr(transformers, config_cls)(vocab_size=97, **kwargs)
 
 
 def convert(name: str, hf_config=None) -> dict:
-    arch = FAMILIES[name][1]
+    arch = CLASSIC_FAMILIES[name][1]
     return loading.get_architecture(arch).config(hf_config or config_of(name))
 
 
@@ -43,7 +43,7 @@ def test_bloom_post_layernorm_residual_is_refused():
 def test_unsupported_class_error_lists_every_family():
     with pytest.raises(NotImplementedError) as err:
         loading.get_architecture("MambaForCausalLM")
-    for _, arch, _ in FAMILIES.values():
+    for _, arch, _ in CLASSIC_FAMILIES.values():
         assert arch in str(err.value)
 
 

@@ -5,7 +5,7 @@ import torch
 
 from hooked import HookedTransformer
 from hooked.loading import get_architecture, supported_architectures
-from tests.helpers import NO_PROCESSING, hooked_from, tiny_gpt2
+from tests.tiny_models import NO_PROCESSING, hooked_from, tiny_gpt2
 
 
 def test_unsupported_architecture_lists_supported():

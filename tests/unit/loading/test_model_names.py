@@ -7,7 +7,7 @@ import torch
 
 from hooked import HookedTransformer
 from hooked.loading.model_names import OFFICIAL_MODEL_NAMES, get_official_model_name
-from tests.helpers import NO_PROCESSING, make_tokenizer, tiny_gpt2
+from tests.tiny_models import NO_PROCESSING, make_tokenizer, tiny_gpt2
 
 
 def place_in_hf_cache(cache, repo_id: str, hf, tokenizer, commit: str, ref: str = "main") -> None:

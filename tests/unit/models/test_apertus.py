@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from hooked import HookedTransformer
 from hooked.generation.kv_cache import HookedTransformerKeyValueCache
 from hooked.loading import supported_architectures
-from tests.helpers import NO_PROCESSING, hf_block_outputs
+from tests.helpers import hf_block_outputs
+from tests.tiny_models import NO_PROCESSING
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,22 +7,21 @@ import pytest
 import torch
 
 from hooked.core.config import ConfigError
-from tests.classic_models import FAMILIES, VOCAB, tiny_classic
-from tests.helpers import hooked_from
+from tests.tiny_models import CLASSIC_FAMILIES, CLASSIC_VOCAB, hooked_from, tiny_classic
 
 ATOL = 1e-5
 REFACTORABLE = {"gpt_neo_window4", "opt", "bloom_6heads"}  # no rotary, no qk-norm, no grouped K/V
 
 
 def tokens(batch=2, pos=8, seed=0):
-    return torch.randint(3, VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(3, CLASSIC_VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
 
 
 def max_abs(a, b) -> float:
     return (a - b).abs().max().item()
 
 
-@pytest.fixture(params=list(FAMILIES), scope="module")
+@pytest.fixture(params=list(CLASSIC_FAMILIES), scope="module")
 def family(request):
     hf = tiny_classic(request.param, seed=1)
     return request.param, hf, hooked_from(hf)

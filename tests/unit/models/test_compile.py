@@ -11,13 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers import hooked_from
-from tests.precision_models import FAMILIES
+from tests.tiny_models import EVERY_FAMILY, hooked_from
 
 FAST = ["llama_gqa", "gpt2"]
 #: MoE routing sorts tokens by expert and splits them by data-dependent counts: one graph break per MoE layer
 MOE = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"}
-SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in FAMILIES]
+SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in EVERY_FAMILY]
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +42,7 @@ def tokens(n: int = 9, batch: int = 2, seed: int = 0) -> torch.Tensor:
 
 
 def model(family: str):
-    return hooked_from(FAMILIES[family]())
+    return hooked_from(EVERY_FAMILY[family]())
 
 
 @pytest.mark.parametrize("family", SWEEP)
@@ -60,7 +59,7 @@ def test_compiled_forward_equals_eager_and_is_one_graph(family):
         assert counter.graphs == 1
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES])
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in EVERY_FAMILY])
 def test_inductor_logits_within_tolerance(family):
     """Inductor's fused kernels reorder float32 sums: logits agree to 1e-4 absolute (see docs/compiled.md)."""
     m, toks = model(family), tokens()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hooked.models.hooked_audio_encoder import HookedAudioEncoder, normalize_waveforms
-from tests.acceptance.test_hubert_parity import tiny_hubert
+from tests.tiny_models import tiny_hubert
 from tests.unit.components.test_hubert import hubert_cfg
 
 

@@ -7,8 +7,8 @@ import torch
 
 from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
 from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
-from tests.acceptance.test_t5_parity import inputs, tiny_t5
-from tests.helpers import CORPUS
+from tests.acceptance.test_t5_parity import inputs
+from tests.tiny_models import CORPUS, tiny_t5
 from tests.unit.components.test_t5 import t5_cfg
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked import HookedTransformer, HookedTransformerConfig
-from tests.helpers import make_tokenizer
+from tests.tiny_models import make_tokenizer
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Paris"]
 

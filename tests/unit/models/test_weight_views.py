@@ -184,15 +184,15 @@ def test_tokens_to_residual_directions_shapes(tokenizer):
 
 def test_accumulated_bias_of_moe_models():
     """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there is no constant."""
-    from tests.unit.circuits_models import make_model
+    from tests.tiny_models import tiny_hooked
 
-    model = make_model("moe")
+    model = tiny_hooked("moe")
     with torch.no_grad():
         for block in model.blocks:
             block.attn.b_O.normal_()
     want = model.blocks[0].attn.b_O + model.blocks[1].attn.b_O
     torch.testing.assert_close(model.accumulated_bias(1, mlp_input=True), want, atol=0, rtol=0)
-    gpt_oss = make_model("moe", swiglu_limit=7.0, norm_topk_prob=True)
+    gpt_oss = tiny_hooked("moe", swiglu_limit=7.0, norm_topk_prob=True)
     with pytest.raises(NotImplementedError, match="include_mlp_biases=False"):
         gpt_oss.accumulated_bias(1)
     torch.testing.assert_close(gpt_oss.accumulated_bias(1, include_mlp_biases=False), gpt_oss.blocks[0].attn.b_O)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hooked import HookedTransformer, HookedTransformerConfig
 from hooked.core.config import ConfigError
 from hooked.processing import steps as wp
-from tests.helpers import hooked_from, tiny_gpt2
+from tests.tiny_models import hooked_from, tiny_gpt2
 
 torch.set_num_threads(1)
 

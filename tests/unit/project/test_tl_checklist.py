@@ -69,7 +69,7 @@ def test_path_matches_status(path, status):
 
 @pytest.fixture(scope="module")
 def gpt2():
-    from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+    from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
     return hooked_from(tiny_gpt2(vocab_size=300), tokenizer=make_tokenizer())
 
@@ -77,7 +77,7 @@ def gpt2():
 @pytest.fixture(scope="module")
 def gqa():
     from hooked import HookedTransformer
-    from tests.acceptance.tiny_models import tiny_hf
+    from tests.tiny_models import tiny_hf
 
     return HookedTransformer.from_pretrained("llama", hf_model=tiny_hf("Llama", num_key_value_heads=2))
 
@@ -88,7 +88,7 @@ def _ids(model, n=8, batch=1):
 
 def check_from_pretrained(gpt2, gqa, capsys):
     from hooked import HookedTransformer
-    from tests.helpers import tiny_gpt2
+    from tests.tiny_models import tiny_gpt2
 
     hf = tiny_gpt2()
     with pytest.raises(Exception, match="CUDA devices"):  # n_devices=2 places blocks on cuda:0 and cuda:1 (none here)

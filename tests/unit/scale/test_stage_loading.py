@@ -39,7 +39,7 @@ def test_owner_of_names():
 
 def _llama(tied: bool):
     from hooked.loading.pretrained import build_config
-    from tests.acceptance.tiny_models import tiny_hf
+    from tests.tiny_models import tiny_hf
 
     hf = tiny_hf("Llama", num_hidden_layers=4, num_key_value_heads=2, tie_word_embeddings=tied)
     state = {k: v for k, v in hf.state_dict().items() if not (tied and k == "lm_head.weight")}
@@ -87,15 +87,12 @@ def test_stage_view_reads_only_needed_keys_and_others_become_meta():
 
 
 def _family_cases() -> dict:
-    from tests.acceptance import test_gemma_parity as gemma
     from tests.acceptance import test_modern_families_parity as modern
-    from tests.acceptance import test_moe_parity as moe
+    from tests.tiny_models import GEMMA_CONFIGS, MOE_CONFIGS, tiny_gemma, tiny_moe
 
     cases = {f"modern:{n}": (lambda n=n: modern.build(n)) for n in modern.CASES}
-    cases.update(
-        {f"moe:{n}": (lambda n=n: moe.tiny_moe(moe.CONFIGS[n][0], 0, **moe.CONFIGS[n][1])) for n in moe.CONFIGS}
-    )
-    cases.update({f"gemma:{n}": (lambda n=n: gemma.tiny_gemma(n)) for n in gemma.CONFIGS})
+    cases.update({f"moe:{n}": (lambda n=n: tiny_moe(MOE_CONFIGS[n][0], 0, **MOE_CONFIGS[n][1])) for n in MOE_CONFIGS})
+    cases.update({f"gemma:{n}": (lambda n=n: tiny_gemma(n)) for n in GEMMA_CONFIGS})
     return cases
 
 

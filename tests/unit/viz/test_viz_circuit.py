@@ -6,14 +6,15 @@ import torch
 from hooked.circuits import Graph, edge_attribution_patching
 from hooked.core.errors import InputError, InputTypeError
 from hooked.viz import circuit_graph, embedded_data
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
+from tests.helpers import logit_diff
+from tests.tiny_models import tiny_hooked, token_pair
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
 def scored():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     return edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", verbose=False)
 
@@ -64,7 +65,7 @@ def test_node_scores_sum_the_circuit_edges_in_and_out(scored):
 
 
 def test_post_norm_attention_is_one_node_per_layer():
-    model = make_model("gemma_post_norm")
+    model = tiny_hooked("gemma_post_norm")
     graph = Graph.from_model(model)
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0)) * graph.valid
     data = view_data(circuit_graph(graph))  # every edge
