@@ -1,6 +1,6 @@
 """Half precision per family: hooked vs HF in the same dtype, and both vs float32 (the table in docs/numerics.md).
 
-For each tiny random model of `tests/precision_models.FAMILIES` (`precision_rows`), HF loads the
+For each tiny random model of `tests/tiny_models.EVERY_FAMILY` (`precision_rows`), HF loads the
 saved float32 checkpoint with `from_pretrained(dtype=...)` (as users run it: rotary frequencies
 stay float32) and hooked takes the same HF model unprocessed in that dtype. Each cell is the
 largest |difference| of log-probabilities over a 2 x 12 token batch; δ_HF is HF's own eager vs
@@ -38,12 +38,13 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from tests.acceptance.tiny_models import tokens as make_tokens
-    from tests.precision_models import FAMILIES, precision_rows
+    from tests.helpers import precision_rows
+    from tests.tiny_models import EVERY_FAMILY
+    from tests.tiny_models import tokens as make_tokens
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    parser.add_argument("--families", nargs="+", default=list(FAMILIES))
+    parser.add_argument("--families", nargs="+", default=list(EVERY_FAMILY))
     args = parser.parse_args()
     dtypes = [getattr(torch, name) for name in args.dtypes]
     tokens = make_tokens(2, 12) % 90  # inside every tiny vocabulary

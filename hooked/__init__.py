@@ -1,7 +1,7 @@
 """hooked: HuggingFace language models as hooked, readable transformer components.
 
 `from hooked import HookedTransformer` is the entry point. The package is layered, each
-layer importing only those below it (tests/unit/test_import_layers.py checks this):
+layer importing only those below it (tests/unit/project/test_import_layers.py checks this):
 
     core  <-  components  <-  processing, placement  <-  loading  <-  analysis  <-  generation
           <-  models  <-  circuits, harvest  <-  viz  <-  scale  <-  serve, remote  <-  compat, cli

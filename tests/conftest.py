@@ -9,14 +9,14 @@ collect_ignore = [] if torch.cuda.is_available() else ["gpu"]
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from tests.helpers import make_tokenizer
+    from tests.tiny_models import make_tokenizer
 
     return make_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def bos_tokenizer():
-    from tests.helpers import make_tokenizer
+    from tests.tiny_models import make_tokenizer
 
     return make_tokenizer(prepends_bos=True)
 

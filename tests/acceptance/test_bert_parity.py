@@ -14,36 +14,11 @@ import torch
 from hooked.core.errors import InputError
 from hooked.models.hooked_encoder import HookedEncoder
 from hooked.models.next_sentence_prediction import BertNextSentencePrediction
+from tests.helpers import max_abs
+from tests.tiny_models import VOCAB, tiny_bert, tiny_distilbert
 
 ATOL = 1e-5
-VOCAB = 96
 CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction", "BertModel")
-
-
-def tiny_bert(cls_name: str, seed: int = 0, **overrides):
-    """A random 2-layer BERT (d_model 32, 4 heads); q/k N(0, 0.25²), other weights N(0, 0.1²), norm gains 1 + N(0, 0.2²)."""
-    import transformers
-
-    kwargs = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        pad_token_id=0,
-        attn_implementation="eager",
-    )
-    kwargs.update(overrides)
-    torch.manual_seed(seed)
-    hf = getattr(transformers, cls_name)(transformers.BertConfig(**kwargs)).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "LayerNorm.weight" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("query.weight", "key.weight")) else 0.1)
-    return hf
 
 
 @pytest.fixture(scope="module", params=CLASSES)
@@ -64,10 +39,6 @@ def batch(seed: int = 0):
     mask[1, 7:] = 0
     tokens[1, 7:] = 0
     return tokens, types, mask
-
-
-def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a - b).abs().max().item()
 
 
 def hf_outputs(hf, tokens, types, mask):
@@ -198,30 +169,6 @@ def test_tanh_gelu_variant_matches_hf():
 
 
 # -- DistilBERT: the same blocks without token types ----------------------------------------
-
-
-def tiny_distilbert(cls_name: str, seed: int = 0):
-    import transformers
-
-    torch.manual_seed(seed)
-    config = transformers.DistilBertConfig(
-        vocab_size=VOCAB,
-        dim=32,
-        n_layers=2,
-        n_heads=4,
-        hidden_dim=64,
-        max_position_embeddings=32,
-        pad_token_id=0,
-        attn_implementation="eager",
-    )
-    hf = getattr(transformers, cls_name)(config).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "layer_norm.weight" in name or "LayerNorm.weight" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("q_lin.weight", "k_lin.weight")) else 0.1)
-    return hf
 
 
 @pytest.mark.parametrize("cls_name", ["DistilBertForMaskedLM", "DistilBertModel"])

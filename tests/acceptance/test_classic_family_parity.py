@@ -1,6 +1,6 @@
 """The classic families (issue 13) against HuggingFace eager attention, float32, one parametrized suite.
 
-Families and variants are listed in `tests/classic_models.FAMILIES`: GPT-NeoX with and without
+Families and variants are listed in `tests/tiny_models.CLASSIC_FAMILIES`: GPT-NeoX with and without
 parallel residual (rotary fraction 0.25), GPT-J (rotary_dim < d_head), GPT-Neo (window shorter
 than the sequence), Phi (partial rotary 0.5), OPT, Bloom (6 heads: not a power of two),
 StableLM (per-head qk LayerNorm; parallel), GPT-BigCode (multi-query) and StarCoder2.
@@ -12,14 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.classic_models import FAMILIES, VOCAB, hf_layers, tiny_classic
-from tests.helpers import hf_block_outputs, hooked_from
+from tests.helpers import hf_block_outputs
+from tests.tiny_models import CLASSIC_FAMILIES, CLASSIC_VOCAB, hf_layers, hooked_from, tiny_classic
 
 ATOL = 1e-5
 
 
 def tokens(batch=2, pos=12, seed=0):
-    return torch.randint(3, VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(3, CLASSIC_VOCAB, (batch, pos), generator=torch.Generator().manual_seed(seed))
 
 
 def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -35,7 +35,7 @@ def left_pad(seqs, pad_id=0):
     return toks, mask
 
 
-@pytest.fixture(params=list(FAMILIES), scope="module")
+@pytest.fixture(params=list(CLASSIC_FAMILIES), scope="module")
 def pair(request):
     hf = tiny_classic(request.param, seed=len(request.param))
     return hf, hooked_from(hf)
@@ -44,7 +44,7 @@ def pair(request):
 def test_every_family_is_registered():
     from hooked import loading
 
-    classes = {model_cls for _, model_cls, _ in FAMILIES.values()}
+    classes = {model_cls for _, model_cls, _ in CLASSIC_FAMILIES.values()}
     assert classes == {
         "GPTNeoXForCausalLM", "GPTJForCausalLM", "GPTNeoForCausalLM", "PhiForCausalLM", "OPTForCausalLM",
         "BloomForCausalLM", "StableLmForCausalLM", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM",

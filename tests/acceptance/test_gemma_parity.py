@@ -11,89 +11,14 @@ Every check is two-sided max-abs with rtol 0 (docs/numerics.md#tolerances).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from tests.helpers import hf_block_outputs, hooked_from
+from tests.helpers import hf_block_outputs
+from tests.tiny_models import GEMMA_CONFIGS, VOCAB, gemma_layers, hooked_from, tiny_gemma
+from tests.tiny_models import GEMMA_EOS as EOS
 
 ATOL = 1e-5
-VOCAB = 96
-EOS = 1
-
-GEMMA3_ROPE = {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
-    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5000.0},
-}
-SANDWICH = dict(sliding_window=4, query_pre_attn_scalar=24)  # window 4 < 12 positions; 24 != head_dim 16
-
-# name -> (HF family, config overrides). d_model 32, L = 2, head_dim 16 != 32 / 4.
-CONFIGS = {
-    "gemma1_mqa_tied": ("gemma", dict(num_key_value_heads=1)),
-    "gemma1_mha_untied": ("gemma", dict(num_key_value_heads=4, tie_word_embeddings=False)),
-    "gemma2_softcaps_window": (
-        "gemma2",
-        dict(SANDWICH, attn_logit_softcapping=4.0, final_logit_softcapping=3.0),
-    ),
-    "gemma3_mixed_rope": (
-        "gemma3",
-        dict(SANDWICH, layer_types=["sliding_attention", "full_attention"], rope_parameters=GEMMA3_ROPE),
-    ),
-    "gemma3_image_text_tower": (
-        "gemma3_mm",
-        dict(SANDWICH, layer_types=["full_attention", "sliding_attention"], rope_parameters=GEMMA3_ROPE),
-    ),
-}
-
-
-def build_hf(family: str, overrides: dict):
-    import transformers as tf
-
-    text = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=64,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, eos_token_id=EOS, pad_token_id=0, bos_token_id=2,
-    )  # fmt: skip
-    text.update(copy.deepcopy(overrides))  # HF fills defaults into rope dicts in place
-    if family == "gemma3_mm":
-        vision = dict(
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=28,
-            patch_size=14,
-        )
-        config = tf.Gemma3Config(
-            text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=VOCAB - 1,
-            boi_token_index=VOCAB - 3, eoi_token_index=VOCAB - 2, attn_implementation="eager",
-        )  # fmt: skip
-        return tf.Gemma3ForConditionalGeneration(config)
-    config_cls, model_cls = {
-        "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM),
-        "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM),
-        "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM),
-    }[family]
-    return model_cls(config_cls(**text, attn_implementation="eager"))
-
-
-def tiny_gemma(name: str, seed: int = 0, **changes):
-    """The random HF model of `CONFIGS[name]` (eager attention, `changes` applied) with every parameter redrawn."""
-    family, overrides = CONFIGS[name]
-    torch.manual_seed(seed)
-    hf = build_hf(family, {**overrides, **changes}).eval()
-    with torch.no_grad():
-        for pname, p in hf.named_parameters():
-            if "norm" in pname:
-                p.copy_(0.3 * torch.randn_like(p))  # gain 1 + w
-            else:
-                p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
-    return hf
-
-
-def decoder_layers(hf):
-    inner = hf.model.language_model if hasattr(hf.model, "language_model") else hf.model
-    return inner.layers
 
 
 def tokens(batch=2, pos=12, seed=0):
@@ -113,7 +38,7 @@ def left_pad(seqs):
     return toks, mask
 
 
-@pytest.fixture(params=list(CONFIGS), scope="module")
+@pytest.fixture(params=list(GEMMA_CONFIGS), scope="module")
 def pair(request):
     hf = tiny_gemma(request.param, seed=len(request.param))
     return request.param, hf, hooked_from(hf)
@@ -142,7 +67,7 @@ def test_logits_match_hf(pair):
 def test_every_resid_post_matches_hf_decoder_layer(pair):
     _, hf, model = pair
     t = tokens()
-    ref = hf_block_outputs(hf, decoder_layers(hf), input_ids=t)
+    ref = hf_block_outputs(hf, gemma_layers(hf), input_ids=t)
     with torch.no_grad():
         _, cache = model.run_with_cache(t, names_filter=lambda n: n.endswith("hook_resid_post"))
     assert len(ref) == model.cfg.n_layers == 2

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import hf_block_outputs, hooked_from, tiny_gpt2
+from tests.helpers import hf_block_outputs
+from tests.tiny_models import hooked_from, tiny_gpt2
 
 CONFIGS = {
     "default_gelu_new": {},

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from hooked.models.hooked_audio_encoder import HookedAudioEncoder
-from tests.acceptance.tiny_models import max_abs
+from tests.helpers import max_abs
+from tests.tiny_models import tiny_hubert
 
 ATOL = 1e-5
 HF_CLASSES = ("HubertModel",)
@@ -23,33 +24,6 @@ CONFIGS = {
         do_stable_layer_norm=True, feat_extract_norm="layer", conv_bias=True, num_conv_pos_embeddings=7
     ),
 }
-
-
-def tiny_hubert(seed: int, **overrides):
-    import transformers
-
-    kwargs = dict(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        conv_dim=(16, 16, 16),
-        conv_kernel=(10, 3, 2),
-        conv_stride=(5, 2, 2),
-        num_conv_pos_embeddings=8,
-        num_conv_pos_embedding_groups=4,
-        attn_implementation="eager",
-    )
-    kwargs.update(overrides)
-    torch.manual_seed(seed)
-    hf = transformers.HubertModel(transformers.HubertConfig(**kwargs)).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name and name.endswith("weight") and "pos_conv" not in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
-    return hf
 
 
 @pytest.fixture(params=list(CONFIGS), scope="module")

@@ -7,15 +7,13 @@ up in the logits. Every check is two-sided max-abs with rtol 0 (docs/numerics.md
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from tests.helpers import NO_PROCESSING, hf_block_outputs, hooked_from
+from tests.helpers import hf_block_outputs
+from tests.tiny_models import NO_PROCESSING, VOCAB, hooked_from, tiny_llama_family
 
 ATOL = 1e-5
-VOCAB = 96
 
 LLAMA3_ROPE = dict(
     rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=128
@@ -84,41 +82,6 @@ CONFIGS = {
 }
 
 GQA_CONFIGS = [name for name, (_, o) in CONFIGS.items() if o["num_key_value_heads"] < o["num_attention_heads"]]
-
-
-def hf_classes(family: str):
-    import transformers
-
-    prefix = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
-    return getattr(transformers, prefix + "Config"), getattr(transformers, prefix + "ForCausalLM")
-
-
-def tiny_llama_family(family: str, seed: int = 0, **overrides):
-    """A random 2-layer HF model of `family` (eager attention) with every parameter redrawn.
-
-    HF initialises Linear weights with std 0.02, norms at 1 and biases at 0; at that scale
-    attention is nearly uniform and masking or rotary bugs barely move the logits. Here
-    `q_proj`/`k_proj` weights are N(0, 0.25²), so attention scores have a spread of about
-    2 and patterns are far from uniform; every other matrix and bias is N(0, 0.1²), which
-    keeps the residual stream O(1); norm gains are 1 + N(0, 0.2²). (With N(0, 0.25²)
-    everywhere the residual reaches |x| ~ 30 and float32 rounding alone, with the same
-    math done in a different order, exceeds 1e-5: in float64 with float64 norms, the
-    two implementations agree to 1e-14.)
-    """
-    config_cls, model_cls = hf_classes(family)
-    kwargs = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=64
-    )
-    kwargs.update(copy.deepcopy(overrides))  # HF fills defaults into rope dicts in place
-    torch.manual_seed(seed)
-    hf = model_cls(config_cls(**kwargs, attn_implementation="eager")).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
-    return hf
 
 
 def tokens(batch=2, pos=12, seed=0):

@@ -29,8 +29,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.acceptance.tiny_models import max_abs, tiny_hf, tokens
-from tests.helpers import hf_block_outputs, hooked_from
+from tests.helpers import hf_block_outputs, max_abs
+from tests.tiny_models import hooked_from, tiny_hf, tokens
 
 ATOL = 1e-5
 

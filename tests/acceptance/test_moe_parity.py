@@ -14,48 +14,15 @@ import copy
 import pytest
 import torch
 
-from tests.acceptance.tiny_models import max_abs, tiny_hf, tokens
-from tests.helpers import NO_PROCESSING, hf_block_outputs, hooked_from
+from tests.helpers import hf_block_outputs, max_abs
+from tests.tiny_models import MOE_CONFIGS, NO_PROCESSING, hooked_from, tiny_hf, tiny_moe, tokens
 
 ATOL = 1e-5
-MOE = dict(num_experts=4, num_experts_per_tok=2)
-
-# name -> (HF class prefix, config overrides)
-CONFIGS = {
-    "mixtral": ("Mixtral", dict(num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2)),
-    "qwen2_moe_shared_expert": (
-        "Qwen2Moe",
-        dict(MOE, moe_intermediate_size=48, shared_expert_intermediate_size=40, num_key_value_heads=2),
-    ),
-    "qwen3_moe_norm_topk": (
-        "Qwen3Moe",
-        dict(MOE, moe_intermediate_size=48, norm_topk_prob=True, head_dim=16, num_key_value_heads=1),
-    ),
-    "olmoe_clip_qkv": ("Olmoe", dict(MOE, clip_qkv=0.5, norm_topk_prob=False, num_key_value_heads=4)),
-    # router bias, top-k then softmax, biased experts with a clamped SwiGLU that clamps (limit 0.5),
-    # attention sinks, alternating sliding window (4), YaRN
-    "gpt_oss_sinks_clamped_swiglu": (
-        "GptOss",
-        dict(
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            num_key_value_heads=2,
-            head_dim=8,
-            sliding_window=4,
-            swiglu_limit=0.5,
-            rope_parameters=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8, rope_theta=1e4),
-        ),
-    ),
-}
 
 
-def tiny_moe(prefix: str, seed: int = 0, **overrides):
-    return tiny_hf(prefix, seed, **overrides)
-
-
-@pytest.fixture(params=list(CONFIGS), scope="module")
+@pytest.fixture(params=list(MOE_CONFIGS), scope="module")
 def pair(request):
-    prefix, overrides = CONFIGS[request.param]
+    prefix, overrides = MOE_CONFIGS[request.param]
     hf = tiny_moe(prefix, seed=len(request.param), **overrides)
     return hf, hooked_from(hf)
 
@@ -234,14 +201,14 @@ def test_converted_moe_config(pair):
 
 
 def test_dense_layers_in_a_moe_model_are_rejected():
-    hf = tiny_moe("Qwen2Moe", **dict(CONFIGS["qwen2_moe_shared_expert"][1], mlp_only_layers=[1]))
+    hf = tiny_moe("Qwen2Moe", **dict(MOE_CONFIGS["qwen2_moe_shared_expert"][1], mlp_only_layers=[1]))
     with pytest.raises(NotImplementedError, match="dense MLP"):
         hooked_from(hf)
 
 
 def test_olmoe_clip_qkv_clips():
     """Guard against a vacuous clip: the same model without clip_qkv gives different logits."""
-    prefix, overrides = CONFIGS["olmoe_clip_qkv"]
+    prefix, overrides = MOE_CONFIGS["olmoe_clip_qkv"]
     clipped = tiny_moe(prefix, seed=1, **overrides)
     model = hooked_from(clipped)
     clipped.config.clip_qkv = None
@@ -252,7 +219,7 @@ def test_olmoe_clip_qkv_clips():
 
 def test_full_width_qk_norm_with_gqa_grouped_and_ungrouped():
     """OLMoE-style k_norm over n_kv_heads * d_head: HF parity under GQA, and the ungrouped keys agree."""
-    hf = tiny_moe("Olmoe", seed=2, **dict(CONFIGS["olmoe_clip_qkv"][1], num_key_value_heads=2))
+    hf = tiny_moe("Olmoe", seed=2, **dict(MOE_CONFIGS["olmoe_clip_qkv"][1], num_key_value_heads=2))
     model, t = hooked_from(hf), tokens()
     assert model.blocks[0].attn.k_norm.w.shape == (2 * model.cfg.d_head,)
     with torch.no_grad():
@@ -265,7 +232,7 @@ def test_full_width_qk_norm_with_gqa_grouped_and_ungrouped():
 
 def test_gpt_oss_sinks_and_clamp_matter():
     """Guard against vacuous GPT-OSS parity: without sinks, or with a clamp that never bites, logits change."""
-    prefix, overrides = CONFIGS["gpt_oss_sinks_clamped_swiglu"]
+    prefix, overrides = MOE_CONFIGS["gpt_oss_sinks_clamped_swiglu"]
     model, t = hooked_from(tiny_hf(prefix, seed=1, **overrides)), tokens()
     unclamped = hooked_from(tiny_hf(prefix, seed=1, **dict(overrides, swiglu_limit=1e4)))
     with torch.no_grad():
@@ -291,4 +258,4 @@ def test_configs_cover_every_moe_family():
         "Qwen2MoeForCausalLM",
         "Qwen3MoeForCausalLM",
     }
-    assert {prefix + "ForCausalLM" for prefix, _ in CONFIGS.values()} == families
+    assert {prefix + "ForCausalLM" for prefix, _ in MOE_CONFIGS.values()} == families

@@ -14,9 +14,8 @@ import torch
 
 from hooked.components.norms import RMSNormGainFirst
 from hooked.core.dtypes import cast_parameter
-from tests.acceptance.tiny_models import tokens
-from tests.helpers import hooked_from
-from tests.precision_models import FAMILIES, precision_rows
+from tests.helpers import precision_rows
+from tests.tiny_models import EVERY_FAMILY, hooked_from, tokens
 
 pytestmark = pytest.mark.slow  # two HF loads per family and dtype
 
@@ -52,14 +51,14 @@ def test_bitwise_families_equal_hf_in_half_precision(family):
 
 
 def test_every_family_is_bitwise():
-    assert set(BITWISE) == set(FAMILIES)
+    assert set(BITWISE) == set(EVERY_FAMILY)
 
 
 @pytest.mark.parametrize("family", BITWISE)
 def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
     """Hook transparency below float32 (docs/numerics.md#tolerances): caching every activation, or a hook on every hook point
     returning an equal copy, gives the plain forward's logits bit for bit (no path recomputes differently)."""
-    ours = hooked_from(FAMILIES[family](), dtype=torch.bfloat16)
+    ours = hooked_from(EVERY_FAMILY[family](), dtype=torch.bfloat16)
     ours.cfg.attn_implementation = "eager"
     t = tokens(2, 12) % 90
     plain = ours(t)
@@ -71,14 +70,14 @@ def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
 def test_every_supported_architecture_has_a_family():
     from hooked.loading.registry import supported_architectures
 
-    covered = {type(build()).__name__ for build in FAMILIES.values()}
+    covered = {type(build()).__name__ for build in EVERY_FAMILY.values()}
     assert covered == set(supported_architectures())
 
 
 @pytest.mark.parametrize("family", ["llama_gqa", "gpt2", "gemma3"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_processing_runs_in_float32_before_the_cast(family, dtype):
-    hf = FAMILIES[family]()
+    hf = EVERY_FAMILY[family]()
     half = hooked_from(hf, dtype=dtype, fold_ln=True, center_writing_weights=True, center_unembed=True)
     full = hooked_from(hf, dtype=torch.float32, fold_ln=True, center_writing_weights=True, center_unembed=True)
     assert half.cfg.weight_processing == full.cfg.weight_processing != ()

@@ -12,45 +12,17 @@ import pytest
 import torch
 
 from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
-from tests.acceptance.tiny_models import max_abs
+from tests.helpers import max_abs
+from tests.tiny_models import T5_EOS as EOS
+from tests.tiny_models import VOCAB, tiny_t5
 
 ATOL = 1e-5
-VOCAB, EOS = 96, 1
 HF_CLASSES = ("T5ForConditionalGeneration",)
 
 CONFIGS = {
     "t5_relu_rescaled": dict(feed_forward_proj="relu"),
     "t5_v1_1_gated_gelu": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
 }
-
-
-def tiny_t5(seed: int, **overrides):
-    import transformers
-
-    kwargs = dict(
-        vocab_size=VOCAB,
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=EOS,
-        attn_implementation="eager",
-    )
-    kwargs.update(overrides)
-    torch.manual_seed(seed)
-    hf = transformers.T5ForConditionalGeneration(transformers.T5Config(**kwargs)).eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "layer_norm" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            else:
-                p.normal_(0.0, 0.25 if name.endswith(("q.weight", "k.weight")) else 0.1)
-    return hf
 
 
 @pytest.fixture(params=list(CONFIGS), scope="module")

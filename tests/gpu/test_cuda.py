@@ -18,9 +18,8 @@ import torch
 from hooked import HookedTransformer
 from hooked.analysis.patching import get_act_patch_block_every
 from tests.acceptance.test_precision_parity import BITWISE
-from tests.acceptance.tiny_models import tiny_hf, tokens
-from tests.helpers import hooked_from
-from tests.precision_models import FAMILIES, precision_rows
+from tests.helpers import precision_rows
+from tests.tiny_models import EVERY_FAMILY, hooked_from, tiny_hf, tokens
 
 CUDA = torch.device("cuda:0")
 EXACT = dict(atol=0.0, rtol=0.0)
@@ -34,10 +33,10 @@ def _report(name: str, rows) -> None:
         (REPORT / f"{name}.json").write_text(json.dumps(rows, indent=1))
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(EVERY_FAMILY))
 def test_float32_on_cuda_matches_hf_on_cuda(family):
     """Tiny parity (logits atol 1e-5 vs HF eager, docs/numerics.md#tolerances), both models on the GPU."""
-    hf = FAMILIES[family]().to(CUDA)
+    hf = EVERY_FAMILY[family]().to(CUDA)
     ours = hooked_from(hf, device=CUDA)
     t = (tokens(2, 12) % 90).to(CUDA)
     with torch.no_grad():
@@ -47,7 +46,7 @@ def test_float32_on_cuda_matches_hf_on_cuda(family):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(EVERY_FAMILY))
 def test_half_precision_on_cuda_matches_hf_on_cuda(family):
     """Unprocessed bf16/fp16 vs HF eager in the same dtype on the GPU: bitwise where the CPU is, else the half-precision bound of docs/numerics.md."""
     rows = precision_rows(family, [torch.bfloat16, torch.float16], tokens(2, 12) % 90, device=CUDA)

@@ -19,9 +19,10 @@ from hooked.circuits import attribution_patch, edge_attribution_patching
 from hooked.harvest import ActivationReader, harvest
 from hooked.viz import attention_patterns, direct_logit_attribution, logit_lens
 from hooked.viz._html import embedded_data
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
-from tests.unit.test_hooked_encoder import config as encoder_config
-from tests.unit.test_hooked_encoder import make_wordpiece_tokenizer
+from tests.helpers import logit_diff
+from tests.tiny_models import tiny_hooked, token_pair
+from tests.unit.models.test_hooked_encoder import config as encoder_config
+from tests.unit.models.test_hooked_encoder import make_wordpiece_tokenizer
 
 CUDA = torch.device("cuda:0")
 CLOSE = dict(atol=1e-4, rtol=1e-4)
@@ -34,7 +35,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, msg: str = "") -> None:
 
 @pytest.fixture(scope="module", params=["gpt2", "llama_gqa", "moe", "gemma_post_norm"])
 def pair(request):
-    cpu = make_model(request.param, device="cpu")
+    cpu = tiny_hooked(request.param, device="cpu")
     gpu = copy.deepcopy(cpu).to(CUDA)
     assert gpu.cfg.device in ("cuda", "cuda:0", CUDA)
     return cpu, gpu

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from tests.acceptance.tiny_models import tiny_hf
 from tests.integration.test_pipeline import ROOT, _free_port
+from tests.tiny_models import tiny_hf
 
 WORKER = Path(__file__).with_name("nccl_worker.py")
 

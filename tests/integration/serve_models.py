@@ -9,8 +9,7 @@ TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789ab"}
 
 def save_tiny(kind: str, directory: Path) -> Path:
     """A tiny random checkpoint directory `from_pretrained` (and `hooked serve --model`) can load."""
-    from tests.acceptance.tiny_models import tiny_hf
-    from tests.helpers import make_tokenizer, tiny_gpt2
+    from tests.tiny_models import make_tokenizer, tiny_gpt2, tiny_hf
 
     if kind == "gpt2":
         hf = tiny_gpt2(n_positions=64, vocab_size=300, bos_token_id=0, eos_token_id=0)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from hooked.compat.nnsight import HookedNNsight
-from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
 ATOL = 1e-5
 PROMPTS = ["The Eiffel Tower is in the city of", "When Mary and John went"]

@@ -17,8 +17,7 @@ import torch
 from hooked import HookedTransformer  # noqa: E402
 from hooked.analysis.patching import get_act_patch_block_every  # noqa: E402
 from hooked.placement.dispatch import read_weight  # noqa: E402
-from tests.acceptance.tiny_models import tiny_hf, tokens
-from tests.helpers import tiny_gpt2
+from tests.tiny_models import tiny_gpt2, tiny_hf, tokens
 
 EXACT = dict(atol=0.0, rtol=0.0)  # offload moves the same tensors: nothing is recomputed differently
 REPO = Path(__file__).resolve().parents[2]
@@ -33,9 +32,9 @@ def _tiny(name: str):
     if name == "llama":
         return tiny_hf("Llama", num_key_value_heads=2)
     if name == "mixtral":  # an MoE reads its router's and experts' weights directly: each part pages all in
-        from tests.acceptance.test_moe_parity import CONFIGS, tiny_moe
+        from tests.tiny_models import MOE_CONFIGS, tiny_moe
 
-        prefix, overrides = CONFIGS["mixtral"]
+        prefix, overrides = MOE_CONFIGS["mixtral"]
         return tiny_moe(prefix, **overrides)
     return tiny_gpt2(n_positions=64, vocab_size=96)
 

@@ -30,9 +30,7 @@ GEMMA3_LAYERS = ["sliding_attention", "full_attention"] * 2
 
 
 def _save_models(root: Path) -> dict[str, Path]:
-    from tests.acceptance.test_gemma_parity import tiny_gemma
-    from tests.acceptance.tiny_models import tiny_hf
-    from tests.helpers import tiny_gpt2
+    from tests.tiny_models import tiny_gemma, tiny_gpt2, tiny_hf
 
     makers = {
         "gpt2": lambda: tiny_gpt2(n_layer=4, vocab_size=96, bos_token_id=1, eos_token_id=2),

@@ -190,7 +190,7 @@ def test_long_inputs_are_capped_and_said_so(open_view, model, tokenizer):
 def test_cli_report_page(open_view, tmp_path, capsys):
     """`hooked inspect ... --html` on a tiny checkpoint: the page has all views and runs cleanly."""
     from hooked.cli import main
-    from tests.helpers import make_tokenizer, tiny_gpt2
+    from tests.tiny_models import make_tokenizer, tiny_gpt2
 
     ckpt = tmp_path / "ckpt"
     tiny_gpt2().save_pretrained(ckpt, safe_serialization=True)

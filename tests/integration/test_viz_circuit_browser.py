@@ -8,8 +8,9 @@ import torch
 
 from hooked.circuits import edge_attribution_patching
 from hooked.viz import circuit_graph
+from tests.helpers import logit_diff
 from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
-from tests.unit.circuits_models import logit_diff, make_model, token_pair
+from tests.tiny_models import tiny_hooked, token_pair
 
 require_browser()
 
@@ -18,7 +19,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="module")
 def circuit():
-    model = make_model("llama_gqa")
+    model = tiny_hooked("llama_gqa")
     clean, corrupted = token_pair()
     graph = edge_attribution_patching(model, clean, corrupted, logit_diff, method="eap-ig", verbose=False)
     return graph.top_k(30)

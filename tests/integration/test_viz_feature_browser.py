@@ -12,7 +12,7 @@ import torch
 from hooked.harvest import ActivationReader, harvest
 from hooked.viz import DashboardOptions, activations_over_text, feature_dashboard
 from tests.integration.browser import check_screenshot, file_url, open_page, require_browser
-from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
+from tests.unit.harvest._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
 require_browser()
 

@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 
-from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
 PROBE = torch.tensor([[3, 17, 42, 7, 99, 5]])  # [batch, pos]
 

@@ -11,7 +11,7 @@ import pytest
 
 from hooked.cli import main
 from hooked.core.errors import CheckpointError
-from tests.helpers import make_tokenizer, tiny_gpt2
+from tests.tiny_models import make_tokenizer, tiny_gpt2
 
 
 @pytest.fixture(scope="module")

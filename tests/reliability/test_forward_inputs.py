@@ -140,7 +140,7 @@ def _bare_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from tests.helpers import CORPUS
+    from tests.tiny_models import CORPUS
 
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from hooked import HookedTransformer
 from hooked.core.errors import CheckpointError, InputError, UnsafeCheckpointError, WeightShapeError
-from tests.helpers import make_tokenizer, tiny_gpt2
+from tests.tiny_models import make_tokenizer, tiny_gpt2
 
 
 @pytest.fixture(scope="module")

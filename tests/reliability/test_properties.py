@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hooked.generation.kv_cache import HookedTransformerKeyValueCache
-from tests.helpers import CORPUS, hooked_from, make_tokenizer, tiny_gpt2
+from tests.tiny_models import CORPUS, hooked_from, make_tokenizer, tiny_gpt2
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WORDS = sorted({w for line in CORPUS for w in line.split()})

@@ -10,7 +10,7 @@ import nnsight  # noqa: E402  (dev extra)
 import pytest
 import torch
 
-from tests.unit.circuits_models import make_model
+from tests.tiny_models import tiny_hooked
 
 FAMILIES = ["gpt2", "llama_gqa", "gemma_post_norm", "moe"]
 # the optional hook points: hook_attn_in and the split q/k/v inputs exclude each other
@@ -23,7 +23,7 @@ TOKENS = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0)
 
 
 def model_with(family: str, flags: dict):
-    model = make_model(family).eval()
+    model = tiny_hooked(family).eval()
     for flag, value in flags.items():
         setattr(model.cfg, flag, value)
     return model
@@ -270,7 +270,7 @@ def test_hooked_nnsight_inputs():
     """HookedNNsight: text as `to_tokens` gives it, one float input passed through, a clear error for batched floats."""
     from hooked.compat.nnsight import HookedNNsight
     from hooked.core.errors import InputTypeError
-    from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+    from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
     model = hooked_from(tiny_gpt2(), tokenizer=make_tokenizer())
     nm = HookedNNsight(model)
@@ -292,7 +292,7 @@ def test_hooked_nnsight_inputs():
 def test_hooked_nnsight_generate_matches_model_generate():
     """`nm.generate` is `model.generate` (greedy by default; sampling with a seed when asked)."""
     from hooked.compat.nnsight import HookedNNsight
-    from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+    from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
     model = hooked_from(tiny_gpt2(), tokenizer=make_tokenizer())
     nm = HookedNNsight(model)

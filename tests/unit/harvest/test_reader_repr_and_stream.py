@@ -7,7 +7,7 @@ import torch
 
 from hooked.core.errors import InputError
 from hooked.harvest import ActivationReader, harvest
-from tests.unit._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
+from tests.unit.harvest._harvest_common import HOOKS, corpus_dir_fixture, model_dir_fixture, model_fixture  # noqa: F401
 
 
 @pytest.fixture(scope="module")

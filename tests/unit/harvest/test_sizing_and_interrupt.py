@@ -15,7 +15,7 @@ import torch
 from hooked.cli import main
 from hooked.harvest import ActivationReader, HarvestInterrupted, harvest, writer
 from hooked.harvest.harvest import MIN_SHARD_BYTES, SHARD_BYTES, SHARDS_PER_HARVEST, default_batches_per_shard
-from tests.unit._harvest_common import (  # noqa: F401  (fixtures)
+from tests.unit.harvest._harvest_common import (  # noqa: F401  (fixtures)
     HOOKS,
     assert_same_harvest,
     corpus_dir_fixture,

@@ -8,7 +8,7 @@ import torch
 
 from hooked.analysis import interventions as iv
 from hooked.core.errors import InputError
-from tests.helpers import hooked_from, make_tokenizer, tiny_gpt2
+from tests.tiny_models import hooked_from, make_tokenizer, tiny_gpt2
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,55 @@
+"""The distribution has one import name: `components/` and `loading/` install as
+`hooked.components` and `hooked.loading`, so a user's own `loading.py` cannot shadow them."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import hooked
+
+REPO = Path(__file__).resolve().parents[3]
+SOURCE_FOLDERS = ("hooked", "components", "loading", "tests", "benchmarks")
+
+
+def test_version_is_the_distributions():
+    assert hooked.__version__ == importlib.metadata.version("hooked")
+
+
+def test_no_code_imports_the_folders_as_top_level_packages():
+    offenders = []
+    for folder in SOURCE_FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                offenders += [
+                    f"{path.relative_to(REPO)}:{node.lineno}"
+                    for n in names
+                    if n.split(".")[0] in ("components", "loading")
+                ]
+    assert not offenders, f"import hooked.components / hooked.loading instead: {offenders}"
+
+
+def test_user_files_named_loading_or_components_do_not_shadow_the_library(tmp_path):
+    for name in ("loading", "components"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('the user\\'s own {name}.py was imported')\n")
+    script = (
+        "import sys, torch\n"
+        "import hooked, hooked.loading, hooked.components\n"
+        "from hooked import HookedTransformer, HookedTransformerConfig\n"
+        "assert 'loading' not in sys.modules and 'components' not in sys.modules, sorted(sys.modules)\n"
+        "cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=11, "
+        "act_fn='gelu', normalization_type='LN')\n"
+        "model = HookedTransformer(cfg)\n"
+        "print(tuple(model(torch.zeros(1, 3, dtype=torch.long)).shape), hooked.loading.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(1,", "3,", "11)", "hooked.loading"]
