@@ -169,7 +169,7 @@ LAYER_NORM = {
 @pytest.fixture(scope="module")
 def family_configs():
     from hooked.loading.pretrained import build_config
-    from tests.precision_models import FAMILIES
+    from tests.tiny_models import EVERY_FAMILY as FAMILIES
 
     configs = {}
     for family, build in FAMILIES.items():

@@ -26,7 +26,7 @@ def named_paths(text: str) -> set[str]:
 
 
 def family_modules() -> set[str]:
-    """The loading/ modules that hold a family's converter (as tests/unit/test_readme_layout.py finds them)."""
+    """The loading/ modules that hold a family's converter (as tests/unit/project/test_readme_layout.py finds them)."""
     import hooked.loading  # noqa: F401  (registers every converter)
     from hooked.loading.registry import ARCHITECTURES, MODEL_CLASS_ARCHITECTURES
 
@@ -56,7 +56,7 @@ def page_layers(text: str) -> list[set[str]]:
 
 def enforced_layers() -> list[list[str]]:
     """`LAYERS` of the import-layer test, the source of truth (it moves to tests/unit/project/ with the test tree)."""
-    for name in ("tests.unit.project.test_import_layers", "tests.unit.test_import_layers"):
+    for name in ("tests.unit.project.test_import_layers",):
         if (ROOT / (name.replace(".", "/") + ".py")).is_file():
             return [list(layer) for layer in importlib.import_module(name).LAYERS]
     raise AssertionError("tests/unit/(project/)test_import_layers.py not found: point this test at LAYERS")
