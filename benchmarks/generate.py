@@ -110,7 +110,7 @@ def main() -> None:
 
 def pair_quartiles(ours: list[float], theirs: list[float]) -> list[float]:
     """Quartiles of the per-repeat ratios (HF time / hooked time): how far one pair can drift."""
-    return statistics.quantiles([t_hf / t_ours for t_ours, t_hf in zip(ours, theirs)], n=4)
+    return statistics.quantiles([t_hf / t_ours for t_ours, t_hf in zip(ours, theirs, strict=True)], n=4)
 
 
 def hook_per_layer(model):

@@ -58,10 +58,8 @@ def project(
         return torch.einsum("bphd,hde->bphe", x, W) + b
     # W.transpose(1, 2).reshape(...) is a free view of the head-major storage: [head * d_head, d_model]
     W_flat = W.transpose(1, 2).reshape(n_heads * d_head, d_model)
-    if bias_after:
-        flat = F.linear(x, W_flat) + b.reshape(-1)  # [batch, pos, head * d_head]
-    else:
-        flat = F.linear(x, W_flat, b.reshape(-1))  # [batch, pos, head * d_head]
+    # [batch, pos, head * d_head]
+    flat = F.linear(x, W_flat) + b.reshape(-1) if bias_after else F.linear(x, W_flat, b.reshape(-1))
     return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
 
 

@@ -42,7 +42,7 @@ class AudioFrontendConfig:
 
     def output_lengths(self, lengths: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
         """Frames produced from `lengths` samples (each convolution has no padding)."""
-        for kernel, stride in zip(self.conv_kernel, self.conv_stride):
+        for kernel, stride in zip(self.conv_kernel, self.conv_stride, strict=True):
             lengths = torch.div(lengths - kernel, stride, rounding_mode="floor") + 1
         return lengths
 

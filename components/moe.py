@@ -112,7 +112,7 @@ class MoE(nn.Module):
         counts = torch.bincount(slots, minlength=self.num_experts).tolist()
         outputs = [
             expert(flat[rows])  # [n_e, d_model]
-            for expert, rows in zip(self.experts, tokens.split(counts))
+            for expert, rows in zip(self.experts, tokens.split(counts), strict=True)
         ]
         slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
         if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first

@@ -172,10 +172,8 @@ def rotary_cos_sin(
 ) -> tuple[Float[torch.Tensor, "batch pos 1 rot"], Float[torch.Tensor, "batch pos 1 rot"]]:
     """cos and sin tables for the given positions, laid out to match the pairing (times YaRN/LongRoPE's factor)."""
     angles = positions[..., None].float() * inv_freq  # [batch, pos, rot/2]
-    if adjacent:
-        angles = angles.repeat_interleave(2, dim=-1)  # [batch, pos, rot]: (θ0, θ0, θ1, θ1, ...)
-    else:
-        angles = torch.cat([angles, angles], dim=-1)  # [batch, pos, rot]: (θ0..θn, θ0..θn)
+    # [batch, pos, rot]: adjacent (θ0, θ0, θ1, θ1, ...), else halves (θ0..θn, θ0..θn)
+    angles = angles.repeat_interleave(2, dim=-1) if adjacent else torch.cat([angles, angles], dim=-1)
     cos, sin = angles.cos(), angles.sin()
     if attention_factor != 1.0:
         cos, sin = cos * attention_factor, sin * attention_factor

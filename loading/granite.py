@@ -48,7 +48,9 @@ def fold_scalar_multipliers(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch
 
     scale(["embed.W_E"], cfg.embed_scale)
     writers = [
-        f"blocks.{l}.{name}" for l in range(cfg.n_layers) for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
+        f"blocks.{layer}.{name}"
+        for layer in range(cfg.n_layers)
+        for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
     ]
     scale(writers, cfg.residual_scale)
     scale(["unembed.W_U", "unembed.b_U"], cfg.logit_scale)

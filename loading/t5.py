@@ -94,8 +94,8 @@ def _stack(hf, stack: str, cfg) -> dict[str, torch.Tensor]:
             f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
         ]
     }
-    for l in range(cfg.n_layers):
-        p, b = f"{stack}.block.{l}.layer.", f"{stack}.{l}."
+    for layer_i in range(cfg.n_layers):
+        p, b = f"{stack}.block.{layer_i}.layer.", f"{stack}.{layer_i}."
         sd.update(_attention(hf, p + "0.SelfAttention.", b + "attn.", cfg))
         sd[b + "ln1.w"] = hf[p + "0.layer_norm.weight"]
         if decoder:
@@ -123,7 +123,7 @@ def convert_t5_weights(hf: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.T
     sd = {"embed.W_E": W_E}
     sd.update(_stack(hf, "encoder", cfg))
     sd.update(_stack(hf, "decoder", cfg))
-    lm_head = hf["lm_head.weight"] if "lm_head.weight" in hf else W_E  # [d_vocab, d_model]
+    lm_head = hf.get("lm_head.weight", W_E)  # [d_vocab, d_model]
     sd["unembed.W_U"] = lm_head.T  # [d_model, d_vocab]
     sd["unembed.b_U"] = torch.zeros(lm_head.shape[0], dtype=W_E.dtype, device=W_E.device)
     return sd

@@ -146,7 +146,7 @@ def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
         value = _scalar(metric(model(corrupted, attention_mask=attention_mask)))
         tensors = [acts[n] for n in names]
         grads = torch.autograd.grad(value, tensors, allow_unused=True)
-    grads = {n: torch.zeros_like(t) if g is None else g for n, t, g in zip(names, tensors, grads)}
+    grads = {n: torch.zeros_like(t) if g is None else g for n, t, g in zip(names, tensors, grads, strict=True)}
     return {n: t.detach() for n, t in acts.items()}, grads
 
 
@@ -189,7 +189,7 @@ def _integrated_gradients(model, corrupted, clean_act, name, metric, attention_m
         k, leaf = len(chunk), []
         a = chunk.to(start.device, start.dtype).view(k, *([1] * start.ndim))
 
-        def interpolate(act, hook, a=a):
+        def interpolate(act, hook, a=a, leaf=leaf):
             leaf.append((start[None] + a * delta[None]).flatten(0, 1).requires_grad_(True))  # [k * batch, ...]
             return leaf[-1]
 

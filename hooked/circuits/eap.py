@@ -146,7 +146,7 @@ def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_
         a = chunk.to(start.device, start.dtype).view(k, 1, 1, 1)
         leaf: list = []
 
-        def interpolate(act, hook, a=a, k=k):
+        def interpolate(act, hook, a=a, leaf=leaf):
             x = (start[None] + a * delta[None]).flatten(0, 1)  # [k * batch, pos, d_model]
             leaf.append(_leaf(x))
             return leaf[-1]

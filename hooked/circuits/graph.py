@@ -127,7 +127,7 @@ class Graph:
     def edges(self, in_graph_only: bool = True) -> list[tuple[str, str, float]]:
         """`(sender, receiver, score)` triples sorted by |score|, largest first."""
         s_list, r_list, v_list, _ = self._edge_lists(in_graph_only)
-        return [(self.senders[s], self.receivers[r], v) for s, r, v in zip(s_list, r_list, v_list)]
+        return [(self.senders[s], self.receivers[r], v) for s, r, v in zip(s_list, r_list, v_list, strict=True)]
 
     def _edge_lists(self, in_graph_only: bool) -> tuple[list[int], list[int], list[float], list[bool]]:
         """Sender and receiver indices, scores and in-circuit flags of the edges, largest |score| first."""
@@ -217,7 +217,7 @@ class Graph:
         score and `in_graph` flag, so the reloaded graph equals this one exactly (what `save` does).
         """
         edges = []
-        for s, r, score, flag in zip(*self._edge_lists(in_graph_only)):
+        for s, r, score, flag in zip(*self._edge_lists(in_graph_only), strict=True):
             edge = {"from": self.senders[s], "to": self.receivers[r], "score": score}
             if not in_graph_only:
                 edge["in_graph"] = flag

@@ -17,7 +17,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -31,7 +31,7 @@ from hooked.core.validation import check_hook_fn, check_hook_pairs, check_names_
 logger = logging.getLogger(__name__)
 
 HookFunction = Callable[..., torch.Tensor | None]
-NameFilter = Union[str, Sequence[str], Callable[[str], bool], None]
+NameFilter = str | Sequence[str] | Callable[[str], bool] | None
 Direction = Literal["fwd", "bwd", "both"]
 
 

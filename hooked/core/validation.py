@@ -197,7 +197,7 @@ def check_pos_slice(pos_slice: Any, name: str = "pos_slice") -> None:
     """None, an int, a (start, stop[, step]) tuple of ints, a slice, or int indices (list, array, tensor)."""
     if pos_slice is None or isinstance(pos_slice, slice):
         return
-    if isinstance(pos_slice, bool) or isinstance(pos_slice, (float, str, bytes)):
+    if isinstance(pos_slice, (bool, float, str, bytes)):
         raise InputTypeError(f"{name} must be None, an int, a tuple, a slice or a list of ints, got {pos_slice!r}")
     if isinstance(pos_slice, numbers.Integral):
         return

@@ -105,7 +105,7 @@ class WeightViewsMixin:
         return torch.where(earlier, scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
 
     def all_head_labels(self) -> list[str]:
-        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
+        return [f"L{layer}H{h}" for layer in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
 
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True

@@ -442,7 +442,7 @@ def _micro_slices(batch: int, n_micro: int) -> list[slice]:
             f"{n_micro} or fewer micro_batches"
         )
     bounds = torch.arange(n_micro + 1) * batch // n_micro
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _slice_state(state: ForwardState, sl: slice) -> ForwardState:

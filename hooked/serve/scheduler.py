@@ -238,7 +238,7 @@ class Scheduler:
                 for job in live:
                     self._fail(job, e)
                 return
-            for job, result in zip(live, results):
+            for job, result in zip(live, results, strict=True):
                 job.finish(result)
                 self.counts[job.user]["done"] += 1
         else:

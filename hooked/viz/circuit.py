@@ -64,7 +64,9 @@ def _finite(x: float) -> float | None:
 
 def _receiver_nodes(graph: Graph) -> dict[str, str]:
     """Each receiver's node: the sender its input feeds (a head, a post-norm layer's attention, an MLP) or "logits"."""
-    return {r: "logits" if s < 0 else graph.senders[s] for r, s in zip(graph.receivers, graph.receiver_sender)}
+    return {
+        r: "logits" if s < 0 else graph.senders[s] for r, s in zip(graph.receivers, graph.receiver_sender, strict=True)
+    }
 
 
 def _port(receiver: str) -> str:

@@ -196,15 +196,15 @@ def test_per_head_and_per_neuron_results_sum_to_sublayer_outputs_behind_post_nor
         heads = cache.stack_head_results(layer=-1, pos_slice=-1)  # [L * H, batch, d_model]
         neurons = cache.stack_neuron_results(layer=3, pos_slice=-1)  # [3 * d_mlp, batch, d_model]
     errors = {}
-    for l in range(L):
-        attn_out = cache["attn_out", l][:, -1]
-        errors[f"heads {l}"] = (
-            heads[l * H : (l + 1) * H].sum(0) - attn_out
+    for layer_i in range(L):
+        attn_out = cache["attn_out", layer_i][:, -1]
+        errors[f"heads {layer_i}"] = (
+            heads[layer_i * H : (layer_i + 1) * H].sum(0) - attn_out
         ).abs().max().item() / attn_out.abs().max().item()
-    for l in range(3):
-        mlp_out = cache["mlp_out", l][:, -1]
-        errors[f"neurons {l}"] = (
-            neurons[l * d_mlp : (l + 1) * d_mlp].sum(0) - mlp_out
+    for layer_i in range(3):
+        mlp_out = cache["mlp_out", layer_i][:, -1]
+        errors[f"neurons {layer_i}"] = (
+            neurons[layer_i * d_mlp : (layer_i + 1) * d_mlp].sum(0) - mlp_out
         ).abs().max().item() / mlp_out.abs().max().item()
     assert max(errors.values()) <= 1e-4, errors
 

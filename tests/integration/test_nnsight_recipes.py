@@ -153,7 +153,7 @@ def test_logit_lens(pair):
         for layer in nm.blocks:
             our_probs.append(nm.unembed(nm.ln_final(layer.output)).softmax(-1))
     assert len(our_probs) == len(hf_probs) == n_layers
-    for ours, theirs in zip(our_probs, hf_probs):
+    for ours, theirs in zip(our_probs, hf_probs, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
 
 
@@ -177,7 +177,7 @@ def test_generate_saves_every_step(pair):
     assert len(our_states) == len(hf_states) == 3
     assert our_ids.tolist() == hf_ids.tolist()
     assert [s.shape[1] for s in our_states] == [s.shape[1] for s in hf_states]  # prefill, then one token a step
-    for ours, theirs in zip(our_states, hf_states):
+    for ours, theirs in zip(our_states, hf_states, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
 
 

@@ -140,7 +140,7 @@ def _compare(got: dict, want: dict, name: str, rank: int) -> None:
         if key not in want:  # (head and neuron results: families without experts)
             continue
         torch.testing.assert_close(
-            got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}"
+            got[key], want[key], atol=ATOL, rtol=0, msg=lambda m, key=key: f"{name} rank {rank} {key}: {m}"
         )
     for key in ("greedy", "sampled", "sampled_no_cache"):
         assert torch.equal(got[key], want[key]), f"{name} rank {rank}: {key} tokens differ"
@@ -171,7 +171,7 @@ def test_hooks_run_and_activations_stay_on_the_owning_rank(world2, world3):
         names = ranks[0]["all_names"]
         assert all(r["all_names"] == names for r in ranks)
         assert sorted(n for r in ranks for n in r["local_names"]) == names  # each activation on one rank only
-        for rank, r in enumerate(ranks):
+        for r in ranks:
             layers = {int(n.split(".")[1]) for n in r["local_names"] if n.startswith("blocks.")}
             assert layers == set(r["layers"])
 
@@ -238,7 +238,7 @@ def world2_mismatch(models, tmp_path_factory) -> Path:
 def test_ranks_in_different_operations_fail_at_once_naming_both(world2_mismatch):
     """Rank 0 reads the cache while rank 1 runs the next forward: both fail in seconds, not the timeout."""
     reports = [torch.load(world2_mismatch / f"mismatch_rank{r}.pt", weights_only=False) for r in range(2)]
-    for rank, report in enumerate(reports):
+    for report in reports:
         message = report["cache_vs_forward"]
         assert message.startswith("rank 0 is reading cache['blocks.3.hook_resid_post'] (pipelined call #"), message
         assert "while rank 1 is in forward() (pipelined call #" in message, message

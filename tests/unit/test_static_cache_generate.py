@@ -37,7 +37,7 @@ def assert_same_generation(a, b):
     every column with a mask, a different SDPA call than the growing cache's, so sums round differently)."""
     assert torch.equal(a.sequences, b.sequences)
     assert len(a.logits) == len(b.logits)
-    for x, y in zip(a.logits, b.logits):
+    for x, y in zip(a.logits, b.logits, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
@@ -133,7 +133,7 @@ def test_return_cache_fills_preallocated_buffers_equal_to_eager():
         static_options=StaticCacheOptions(backend=GraphCounter()), **kw,
     )  # fmt: skip
     assert sorted(static.cache.keys()) == sorted(expected.cache.keys())
-    for name in expected.cache.keys():
+    for name in expected.cache:
         torch.testing.assert_close(static.cache[name], expected.cache[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
