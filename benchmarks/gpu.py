@@ -84,7 +84,8 @@ def print_parity(model, hf, tokens) -> None:
     model.cfg.attn_implementation = "auto"
     print(
         f"parity {tuple(tokens.shape)} bf16, max |Δ log_softmax|: hooked vs HF (SDPA) {(ours - sdpa).abs().max():.1e}, "
-        f"hooked vs HF (eager) {(ours_eager - eager).abs().max():.1e}, HF eager vs HF SDPA {(eager - sdpa).abs().max():.1e}"
+        f"hooked vs HF (eager) {(ours_eager - eager).abs().max():.1e}, "
+        f"HF eager vs HF SDPA {(eager - sdpa).abs().max():.1e}"
     )
 
 
@@ -98,7 +99,8 @@ def main() -> None:
         sys.exit("benchmarks/gpu.py needs a CUDA device")
     model, hf = build(args.layers)
     print(
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16"
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16"
     )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():

@@ -112,7 +112,8 @@ class AttentionBuffers:
         if needed > min(cos.shape[0], sin.shape[0]):
             raise InputError(
                 f"layer {self.layer}'s stored rotary tables have {min(cos.shape[0], sin.shape[0])} rows, too few for "
-                f"position {needed - 1}: assign longer tables, or `del attn.rotary_cos, attn.rotary_sin` for per-call tables"
+                f"position {needed - 1}: assign longer tables, or `del attn.rotary_cos, attn.rotary_sin` "
+                "for per-call tables"
             )
         positions = state.positions.to(cos.device)
         return cos[positions][:, :, None].to(dtype), sin[positions][:, :, None].to(dtype)  # [batch, pos, 1, rot]

@@ -140,7 +140,8 @@ def _sdpa_logits(directory: Path, dtype: torch.dtype, tokens: torch.Tensor) -> t
 def precision_rows(
     family: str, dtypes: list[torch.dtype], tokens: torch.Tensor, device: str | torch.device = "cpu"
 ) -> list[dict]:
-    """Per dtype: max |Δ log_softmax| of hooked vs HF eager, HF eager vs HF SDPA (δ_HF in docs/numerics.md), and each vs float32.
+    """Per dtype: max |Δ log_softmax| of hooked vs HF eager, HF eager vs HF SDPA (δ_HF in docs/numerics.md),
+    and each vs float32.
 
     HF loads the saved float32 checkpoint with `from_pretrained(dtype=...)`, as users run it
     (rotary frequencies stay float32); hooked takes that HF model unprocessed, in that dtype, with

@@ -615,7 +615,8 @@ class CacheAnalysisMixin:
         if tuple(residual_stack.shape[1:-1]) != tuple(scale.shape[:-1]):
             raise InputError(
                 f"apply_ln: the stack {tuple(residual_stack.shape)} has batch/position axes "
-                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with pos_slice={_shown(pos_slice)} "
+                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with "
+                f"pos_slice={_shown(pos_slice)} "
                 f"and batch_slice={_shown(batch_slice)} has {tuple(scale.shape[:-1])}: pass the pos_slice (and "
                 "batch_slice) the stack was built with, e.g. pos_slice=-1 for a stack of the last position"
             )
@@ -731,7 +732,8 @@ class CacheAnalysisMixin:
             biases = [self.model.block_weight(layer_i, name) for name in names]  # paged in / from their rank
             if any(bool(b.detach().ne(0).any()) for b in biases):
                 raise NotImplementedError(
-                    f"layer {layer_i} adds output biases before its post-sublayer norm, so they scale with each position; "
+                    f"layer {layer_i} adds output biases before its post-sublayer norm, so they scale with each "
+                    "position; "
                     "use decompose_resid (whole sublayers) or freeze_post_norm=False"
                 )
 

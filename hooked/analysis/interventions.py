@@ -491,7 +491,8 @@ def specs_of(fwd_hooks: Iterable[tuple[str, Any]]) -> tuple[list[dict], dict[str
             raise InputError(f"remote hooks need a hook name (str), got {type(name).__name__} at fwd_hooks[{i}]")
         if not isinstance(fn, (Intervention, Chain)):
             raise InputError(
-                f"remote fwd_hooks[{i}] ({name!r}) is {type(fn).__name__}, not a hooked.analysis.interventions object: a "
+                f"remote fwd_hooks[{i}] ({name!r}) is {type(fn).__name__}, not a hooked.analysis.interventions "
+                "object: a "
                 "server runs only interventions (zero_ablate, add, patch_cache, ...), never Python functions"
             )
         spec, ts = fn.to_spec(f"h{i}")

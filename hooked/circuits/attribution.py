@@ -131,7 +131,8 @@ def _scalar(value) -> torch.Tensor:
 
 
 def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
-    """Corrupted activations and the metric's gradient at each of `names` (with layer `drop_layer`'s writes' gradient zeroed)."""
+    """Corrupted activations and the metric's gradient at each of `names` (with layer `drop_layer`'s
+    writes' gradient zeroed)."""
     acts: dict[str, torch.Tensor] = {}
 
     def capture(act, hook):

@@ -61,7 +61,8 @@ class CircuitSearch:
 
     @property
     def monotone(self) -> bool:
-        """No evaluated pair contradicts monotonicity (it does not prove the curve monotone where it was not evaluated)."""
+        """No evaluated pair contradicts monotonicity (it does not prove the curve monotone where it was
+        not evaluated)."""
         return not self.violations
 
     def __repr__(self) -> str:

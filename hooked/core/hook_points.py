@@ -590,7 +590,8 @@ class HookedRootModule(nn.Module):
         """
         if incl_bwd and not torch.is_grad_enabled():
             raise InputError(
-                "run_with_cache(incl_bwd=True) caches gradients, but autograd is off here (torch.set_grad_enabled(False), "
+                "run_with_cache(incl_bwd=True) caches gradients, but autograd is off here "
+                "(torch.set_grad_enabled(False), "
                 "torch.no_grad() or torch.inference_mode() is active). Run it inside `with torch.enable_grad():` "
                 "or call torch.set_grad_enabled(True) first."
             )

@@ -59,7 +59,8 @@ def check_text(input: str | list, name: str = "input") -> list[str]:
 
 
 def check_model_input(input: Any, d_model: int, name: str = "input") -> None:
-    """Raise unless `input` is text, integer tokens `[pos]`/`[batch, pos]` or float embeddings `[batch, pos, d_model]`."""
+    """Raise unless `input` is text, integer tokens `[pos]`/`[batch, pos]` or float embeddings
+    `[batch, pos, d_model]`."""
     if isinstance(input, (str, list)):
         return
     if not isinstance(input, torch.Tensor):
@@ -107,7 +108,8 @@ def check_no_text_for_residual(input: Any, start_at_layer: int, d_model: int | N
     if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.ndim != 3 or bad_width:
         what = type(input).__name__ if not isinstance(input, torch.Tensor) else f"{input.dtype} {tuple(input.shape)}"
         raise InputError(
-            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model={d_model}] entering that block "
+            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model={d_model}] "
+            "entering that block "
             f"as input, got {what}. Run model(tokens, stop_at_layer={start_at_layer}) to get it, and pass the "
             "token ids as tokens= if a loss is wanted."
         )

@@ -676,7 +676,8 @@ def _check_no_empty_text(input: str | list[str], text_mask: torch.Tensor) -> Non
     if empty:
         texts = [input] if isinstance(input, str) else input
         raise TokenError(
-            f"input {texts[empty[0]]!r} tokenizes to no tokens: pass non-empty text, or prepend_bos=True to run BOS alone"
+            f"input {texts[empty[0]]!r} tokenizes to no tokens: pass non-empty text, "
+            "or prepend_bos=True to run BOS alone"
         )
 
 

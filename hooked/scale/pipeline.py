@@ -158,8 +158,9 @@ class PipelineTransformer(HookedTransformer):
         `micro_batches` cuts the batch into that many slices. Left out, the model's default
         (`from_pretrained(..., micro_batches=M)`) is used, capped at the batch size: a batch
         of 2 on a model loaded with `micro_batches=4` runs as 2 slices of one row. Passed
-        explicitly, it must not exceed the batch. With a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
-        the stages after that layer stay idle and its owner broadcasts the residual; with
+        explicitly, it must not exceed the batch. With a KV cache the batch is not cut. Rank 0's
+        input is used. With `stop_at_layer` the stages after that layer stay idle and its owner
+        broadcasts the residual; with
         `start_at_layer` rank 0 sends the residual to the owner of that block and the stages
         before it stay idle (gradients then stay on each rank: nothing is sent back).
         """

@@ -152,8 +152,8 @@ class Scheduler:
         tokens, sent = sum(u[1] for u in window), sum(u[2] for u in window)
         if tokens + job.tokens > self.options.tokens_per_minute:
             raise WireError(
-                f"quota: {tokens} tokens in the last minute + {job.tokens} would exceed {self.options.tokens_per_minute}"
-                " tokens/minute: wait and retry",
+                f"quota: {tokens} tokens in the last minute + {job.tokens} would exceed "
+                f"{self.options.tokens_per_minute} tokens/minute: wait and retry",
                 429,
             )
         if sent >= self.options.bytes_per_minute:

@@ -21,7 +21,8 @@ CLASSES = ("BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePredicti
 
 
 def tiny_bert(cls_name: str, seed: int = 0, **overrides):
-    """A random 2-layer BERT (d_model 32, 4 heads); q/k N(0, 0.25²), other weights N(0, 0.1²), norm gains 1 + N(0, 0.2²)."""
+    """A random 2-layer BERT (d_model 32, 4 heads); q/k N(0, 0.25²), other weights N(0, 0.1²),
+    norm gains 1 + N(0, 0.2²)."""
     import transformers
 
     kwargs = dict(

@@ -71,7 +71,8 @@ def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(gemma3, batch, hf_reference
     diff = (ours - eager).abs().max().item()
     hf_loss = -eager[:, :-1].gather(-1, batch[:, 1:, None]).mean()  # HF's cross-entropy on the same log-probs
     print(
-        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}"
+        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; "
+        f"HF eager vs SDPA = {delta_hf:.3e}"
     )
     assert diff <= max(delta_hf, 5e-5)
     assert (ours.argmax(-1) == eager.argmax(-1)).all()
@@ -99,7 +100,8 @@ def test_processed_model_is_invariant(gemma3, gemma3_processed, batch, hf_refere
     unprocessed = hooked_log_probs(gemma3, batch)
     vs_unprocessed = (processed - unprocessed).abs().max().item()
     print(
-        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {(processed - eager).abs().max():.3e}; "
+        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; "
+        f"processed vs HF eager {(processed - eager).abs().max():.3e}; "
         f"HF eager vs SDPA {delta_hf:.3e}"
     )
     assert vs_unprocessed <= max(delta_hf, 1e-4)

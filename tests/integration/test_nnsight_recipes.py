@@ -28,7 +28,8 @@ def hidden(value):
 
 @pytest.fixture(scope="module")
 def pair():
-    """(nnsight LanguageModel over HF GPT-2, HookedNNsight over its conversion), one tokenizer (BOS, pad, left padding)."""
+    """(nnsight LanguageModel over HF GPT-2, HookedNNsight over its conversion), one tokenizer
+    (BOS, pad, left padding)."""
     tokenizer = make_tokenizer(prepends_bos=True)
     tokenizer.padding_side = "left"
     hf = tiny_gpt2()

@@ -216,7 +216,8 @@ def test_peak_memory_with_disk_offload_is_at_most_half_of_the_in_memory_load(tmp
 
 @pytest.mark.slow
 def test_docs_offload_demo_runs_and_offloads_smollm2():
-    """docs/scaling-out.md's offload example (```python offload_demo), on the bundled SmolLM2: its map and cache are as described."""
+    """docs/scaling-out.md's offload example (```python offload_demo), on the bundled SmolLM2: its map
+    and cache are as described."""
     import re
 
     page = (REPO / "docs" / "scaling-out.md").read_text()

@@ -67,9 +67,9 @@ def launch(world: int, out: Path, scenarios: dict[str, list[Path]], wait_s: floa
             os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
         )  # fmt: skip
-        log = open(out / f"rank{rank}.log", "w")
         cmd = [sys.executable, str(WORKER), str(out), *args]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        with open(out / f"rank{rank}.log", "w") as log:  # the worker writes to its own copy of the descriptor
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     codes = []
     try:
         for p in procs:
@@ -131,7 +131,8 @@ def reference(directory: Path) -> dict:
 
 def _compare(got: dict, want: dict, name: str, rank: int) -> None:
     for key in ("logits", "logits_micro", "loss", "edited", "edited_ctx", "resid_post_last", "pattern0", "embed",
-                "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro", "grad_first", "grad_last", "grad_first_micro",
+                "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro", "grad_first", "grad_last",
+                "grad_first_micro",
                 "grad_last_micro", "generate_cache_resid", "generate_cache_pattern", "generate_cache_accumulated",
                 "W_Q", "W_O", "W_E", "W_U", "OV", "accumulated_bias", "head_results", "neuron_results",
                 "full_decomposition",

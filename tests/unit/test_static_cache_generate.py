@@ -165,7 +165,8 @@ def test_bad_options_are_refused():
 
 
 def test_longrope_switch_is_refused():
-    """The tiny Phi-3 switches to LongRoPE's long factors past 16 positions: a static cache cannot recompute its keys."""
+    """The tiny Phi-3 switches to LongRoPE's long factors past 16 positions: a static cache cannot
+    recompute its keys."""
     m = model("phi3")
     with pytest.raises(InputError, match="LongRoPE"):
         m.generate(tokens(7), cache_implementation="static", **dict(GREEDY, max_new_tokens=12))

@@ -1,4 +1,5 @@
-"""Weight views (docs/analysis-and-patching.md#weights-circuits-and-composition): stacked weights, factored circuits, composition scores, residual directions."""
+"""Weight views (docs/analysis-and-patching.md#weights-circuits-and-composition): stacked weights,
+factored circuits, composition scores, residual directions."""
 
 from __future__ import annotations
 
@@ -183,7 +184,8 @@ def test_tokens_to_residual_directions_shapes(tokenizer):
 
 
 def test_accumulated_bias_of_moe_models():
-    """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there is no constant."""
+    """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there
+    is no constant."""
     from tests.unit.circuits_models import make_model
 
     model = make_model("moe")
