@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn as nn
@@ -94,6 +94,17 @@ Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_out
 
 class CacheAnalysisMixin:
     """Needs `self.model`, `self.cache_dict`, `self.has_batch_dim` and `self[key]`."""
+
+    # set by the host class (`ActivationCache`); declared here for the type checker
+    model: Any
+    cache_dict: dict[str, torch.Tensor]
+    has_batch_dim: bool
+
+    if TYPE_CHECKING:
+
+        def _key(self, key) -> str: ...
+
+        def __getitem__(self, key) -> torch.Tensor: ...
 
     # -- helpers -------------------------------------------------------------------------
     def _final_layer(self, layer: int | None) -> int:
