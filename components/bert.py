@@ -76,7 +76,7 @@ def encoder_state(
     causal: bool = False,
 ) -> ForwardState:
     """The `ForwardState` of an encoder call: every query sees every real (mask 1) key."""
-    return ForwardState.for_input(*resid.shape[:2], resid.device, one_zero_attention_mask, causal)
+    return ForwardState.for_input(resid.shape[0], resid.shape[1], resid.device, one_zero_attention_mask, causal)
 
 
 def mask_from_additive(additive_attention_mask: Float[torch.Tensor, "batch 1 1 pos"]) -> Int[torch.Tensor, "batch pos"]:

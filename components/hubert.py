@@ -162,7 +162,9 @@ class HubertBlock(TransformerBlock):
         if not isinstance(state, ForwardState):
             if state is not None and attention_mask is None:  # TL's additive mask: 0 keep, -inf drop
                 attention_mask = (state[:, 0, 0, :] == 0).long()
-            state = ForwardState.for_input(*resid_pre.shape[:2], resid_pre.device, attention_mask, causal=False)
+            state = ForwardState.for_input(
+                resid_pre.shape[0], resid_pre.shape[1], resid_pre.device, attention_mask, causal=False
+            )
         if self.stable_layer_norm:
             return super().forward(resid_pre, state)
         resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]

@@ -42,21 +42,22 @@ def rotary_inv_freq(
     """
     kind = rope_kind(scaling)
     _require_fields(kind, scaling)
-    if kind == "dynamic":
-        base = _dynamic_ntk_base(rotary_dim, base, scaling, seq_len)
+    s = scaling or {}  # every kind but "default" has its fields (checked just above)
+    # dynamic NTK raises the base (a 0-d tensor, as HF computes it) for long sequences
+    call_base = _dynamic_ntk_base(rotary_dim, base, s, seq_len) if kind == "dynamic" else base
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim  # [half]
-    inv_freq = 1.0 / (base**exponents)
+    inv_freq = 1.0 / (call_base**exponents)
     if kind in ("default", "dynamic"):
         return inv_freq
     if kind == "linear":
-        return inv_freq / scaling["factor"]
+        return inv_freq / s["factor"]
     if kind == "llama3":
-        return _llama3_inv_freq(inv_freq, scaling)
+        return _llama3_inv_freq(inv_freq, s)
     if kind == "yarn":
-        return _yarn_inv_freq(rotary_dim, base, scaling)
+        return _yarn_inv_freq(rotary_dim, base, s)
     if kind == "longrope":
-        use_long = seq_len is not None and seq_len > scaling["original_max_position_embeddings"]
-        factors = torch.tensor(scaling["long_factor" if use_long else "short_factor"], dtype=torch.float32)
+        use_long = seq_len is not None and seq_len > s["original_max_position_embeddings"]
+        factors = torch.tensor(s["long_factor" if use_long else "short_factor"], dtype=torch.float32)
         return 1.0 / (factors * base**exponents)
     raise NotImplementedError(
         f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope)"

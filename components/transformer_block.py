@@ -65,7 +65,9 @@ class TransformerBlock(nn.Module):
         if state is None or isinstance(state, torch.Tensor):  # TL's block(resid_pre, shortformer_pos_embed)
             shortformer_pos_embed = state if state is not None else shortformer_pos_embed
             causal = self.cfg.attention_dir == "causal"
-            state = ForwardState.for_input(*resid_pre.shape[:2], resid_pre.device, attention_mask, causal)
+            state = ForwardState.for_input(
+                resid_pre.shape[0], resid_pre.shape[1], resid_pre.device, attention_mask, causal
+            )
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self._attention(resid_pre, state, shortformer_pos_embed))
         if self.cfg.attn_only:

@@ -8,6 +8,7 @@ HF's `q/k/v/o` are `nn.Linear` (`[out, in]`), so each is transposed into Transfo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -63,7 +64,7 @@ def _attention(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str,
     w = hf[p + "q.weight"]
     sd = {b + f"W_{n}": _heads_in(hf[p + f"{n.lower()}.weight"], H) for n in "QKV"}
     sd[b + "W_O"] = hf[p + "o.weight"].T.reshape(H, dh, d)  # [head, d_head, d_model]
-    zeros = dict(dtype=w.dtype, device=w.device)
+    zeros: dict[str, Any] = dict(dtype=w.dtype, device=w.device)
     sd.update({b + f"b_{n}": torch.zeros(H, dh, **zeros) for n in "QKV"})
     sd[b + "b_O"] = torch.zeros(d, **zeros)
     return sd
@@ -71,7 +72,7 @@ def _attention(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str,
 
 def _mlp(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str, torch.Tensor]:
     wo = hf[p + "wo.weight"]  # [d_model, d_mlp]
-    zeros = dict(dtype=wo.dtype, device=wo.device)
+    zeros: dict[str, Any] = dict(dtype=wo.dtype, device=wo.device)
     sd = {
         b + "W_out": wo.T,
         b + "b_out": torch.zeros(cfg.d_model, **zeros),

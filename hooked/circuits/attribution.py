@@ -23,6 +23,7 @@ sum_l |AtP_l| / (n_layers - 1), which stops cancelling paths from hiding a node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from jaxtyping import Float, Int
@@ -197,7 +198,8 @@ def _integrated_gradients(model, corrupted, clean_act, name, metric, attention_m
         mask = None if attention_mask is None else attention_mask.repeat(k, 1)
         with torch.enable_grad(), model.hooks(fwd_hooks=[(name, interpolate)]):
             logits = model(corrupted.repeat(k, 1), attention_mask=mask)
-            value = sum(_scalar(metric(part)) for part in logits.chunk(k))
+            # sum() of tensors is typed `Tensor | Literal[0]`; it is a tensor here (k >= 1)
+            value = cast(torch.Tensor, sum(_scalar(metric(part)) for part in logits.chunk(k)))
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad.view(k, *start.shape).sum(0)
     return grad_sum / steps * delta

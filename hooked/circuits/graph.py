@@ -67,8 +67,9 @@ class Graph:
     receivers: list[str]
     n_upstream: list[int]  # receivers[r] reads senders[: n_upstream[r]]
     receiver_sender: list[int]  # the sender whose output node receivers[r] feeds (-1: logits)
-    scores: Float[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)
-    in_graph: Bool[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)
+    # None (the default) is replaced in __post_init__: zero scores, every edge in the graph
+    scores: Float[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)  # pyright: ignore[reportAssignmentType]
+    in_graph: Bool[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)  # pyright: ignore[reportAssignmentType]
     model_shape: dict | None = field(default=None, repr=False)  # `model_shape(cfg)` of the model it was made for
 
     def __post_init__(self) -> None:

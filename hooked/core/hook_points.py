@@ -68,7 +68,8 @@ def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> No
         return
     fn_name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None) or repr(fn)
     with contextlib.suppress(AttributeError):  # an exception class with __slots__ keeps no attributes
-        error.hook_point_name, error.hook_fn_name = name, fn_name
+        # tags any exception type with where it happened (read by the errors that report it)
+        error.hook_point_name, error.hook_fn_name = name, fn_name  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class _HookHandle(RemovableHandle):

@@ -11,12 +11,29 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from hooked.core.errors import AttentionMaskError, InputError, InputTypeError, KVCacheMismatchError, TokenError
+from hooked.core.errors import (
+    AttentionMaskError,
+    ConfigError,
+    InputError,
+    InputTypeError,
+    KVCacheMismatchError,
+    TokenError,
+)
+
+_T = TypeVar("_T")
+
+
+def require_set(value: _T | None, name: str) -> _T:
+    """`value`, the config field `name` that a component needs; `ConfigError` if it is None."""
+    if value is None:
+        raise ConfigError(f"this component needs cfg.{name}, which is None: set it in the config")
+    return value
+
 
 # -- dtypes --------------------------------------------------------------------------------------
 DTYPES = {
@@ -94,7 +111,9 @@ def check_token_range(tokens: torch.Tensor, d_vocab: int, name: str = "tokens") 
     """Every id in `[0, d_vocab)`; one `aminmax` over the ids (a device-side assertion under `torch.compile`)."""
     if torch.compiler.is_compiling():
         in_range = (tokens >= 0).all() & (tokens < d_vocab).all()
-        torch._assert_async(in_range, f"{name} contains a token id outside the vocabulary [0, {d_vocab}) of this model")
+        torch._assert_async(  # pyright: ignore[reportPrivateImportUsage] - not in torch.__all__
+            in_range, f"{name} contains a token id outside the vocabulary [0, {d_vocab}) of this model"
+        )
         return
     lo, hi = (int(v) for v in torch.aminmax(tokens))
     if lo < 0 or hi >= d_vocab:
@@ -143,7 +162,9 @@ def mask_is_all_ones(mask: torch.Tensor) -> bool:
     if mask.numel() == 0:
         return True
     if torch.compiler.is_compiling():  # no value-dependent branch in a graph: a padded mask is right for all
-        torch._assert_async(((mask == 0) | (mask == 1)).all(), "attention_mask must hold only 0 and 1")
+        torch._assert_async(  # pyright: ignore[reportPrivateImportUsage] - not in torch.__all__
+            ((mask == 0) | (mask == 1)).all(), "attention_mask must hold only 0 and 1"
+        )
         return False
     lo, hi = (int(v) for v in torch.aminmax(mask))
     if lo < 0 or hi > 1:

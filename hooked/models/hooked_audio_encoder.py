@@ -129,7 +129,7 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
         resid = frames + self.hook_pos_embed(self.pos_conv_embed(frames))  # [batch, frames, d_model]
         if not self.stable_layer_norm:
             resid = self.encoder_ln(resid)
-        state = ForwardState.for_input(*resid.shape[:2], resid.device, mask, causal=False)
+        state = ForwardState.for_input(resid.shape[0], resid.shape[1], resid.device, mask, causal=False)
         for block in self.blocks:
             resid = block(resid, state)
         return self.encoder_ln(resid) if self.stable_layer_norm else resid
