@@ -55,7 +55,7 @@ def convert_gpt2_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str,
     sd["ln_final.w"], sd["ln_final.b"] = hf["ln_f.weight"], hf["ln_f.bias"]
     lm_head = hf.get("lm_head.weight")
     tied = lm_head is None or lm_head.data_ptr() == sd["embed.W_E"].data_ptr()
-    sd["unembed.W_U"] = sd["embed.W_E"].T if tied else lm_head.T  # [d_model, d_vocab]
+    sd["unembed.W_U"] = sd["embed.W_E"].T if tied or lm_head is None else lm_head.T  # [d_model, d_vocab]
     sd["unembed.b_U"] = torch.zeros(sd["unembed.W_U"].shape[1], dtype=sd["embed.W_E"].dtype)
     return sd
 

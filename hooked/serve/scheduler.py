@@ -201,7 +201,8 @@ class Scheduler:
                     group = self._next()
                     if group is None and self.on_idle is not None and time.monotonic() - idle_since > self.idle_every_s:
                         break
-                if group is None and not self._stop:
+                # (the wait above ends without a group only on stop, or for on_idle)
+                if group is None and not self._stop and self.on_idle is not None:
                     idle_since = time.monotonic()
                     try:
                         self.on_idle()  # e.g. a pipeline's heartbeat to its other ranks
@@ -231,6 +232,7 @@ class Scheduler:
             return
         started = time.monotonic()
         if len(live) > 1:
+            assert self.run_batch is not None  # jobs are grouped only when there is a run_batch
             self.counts["*"]["batched_jobs"] += len(live)
             try:
                 results = self.run_batch(live)

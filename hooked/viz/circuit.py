@@ -107,6 +107,8 @@ class _Layout:
         if name == "logits":
             return 2 * self.n_layers + 1, centre
         m = _NODE.match(name)
+        if m is None:
+            raise ValueError(f"{name!r} is not a node of a circuit graph")
         if m.group(3) is not None:
             return 2 + 2 * int(m.group(3)), self.n_heads
         return 1 + 2 * int(m.group(1)), centre if m.group(2) is None else int(m.group(2))
