@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from jaxtyping import Float
@@ -204,7 +204,8 @@ class ResampleAblate(Intervention):
 
     def __init__(self, source_rows: Sequence[int] | None = None, **select):
         super().__init__(**select)
-        self.source_rows = None if source_rows is None else list(_indices(source_rows, "source_rows"))
+        indices = _indices(source_rows, "source_rows")
+        self.source_rows = None if indices is None else list(indices)
 
     def replacement(self, act, hook):
         if self.source_rows is None:
@@ -369,6 +370,14 @@ class Chain(AtSteps):
             specs.append(spec)
             tensors.update(ts)
         return {"op": "chain", "items": specs}, tensors
+
+
+@overload
+def _tensor_or_none(value, what: str, required: Literal[True]) -> torch.Tensor: ...
+
+
+@overload
+def _tensor_or_none(value, what: str, required: bool = False) -> torch.Tensor | None: ...
 
 
 def _tensor_or_none(value, what: str, required: bool = False) -> torch.Tensor | None:

@@ -284,7 +284,7 @@ def _patched_metrics(
     replicated = tokens.repeat(copies, 1)  # [copies * batch, pos]
     start = prefix.start(min(index[0] for index in chunk)) if prefix is not None else 0
     with torch.no_grad():  # metrics are read as floats: no graph over the replicated batch
-        if start == 0:
+        if start == 0 or prefix is None:  # (a prefix is what makes start > 0)
             logits = model.run_with_hooks(replicated, fwd_hooks=hooks)  # [copies * batch, pos, d_vocab]
         else:
             mask = prefix.attention_mask

@@ -87,6 +87,7 @@ def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_ba
     if error is not None and len(set(errors)) == 1:
         raise error  # the same refusal on every rank (e.g. more ranks than blocks): raise it as is
     agree(error, f"loading {model_name!r}")
+    assert model is not None  # agree() raised if this rank failed to load
     model.micro_batches = micro_batches
     fingerprints = [None] * world_size
     dist.all_gather_object(fingerprints, model.fingerprint)
