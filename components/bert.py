@@ -26,6 +26,7 @@ from hooked.components.mlp import MLP, linear
 from hooked.components.norms import LayerNorm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+from hooked.core.validation import require_set
 
 
 class TokenTypeEmbed(nn.Module):
@@ -145,7 +146,7 @@ class BertMLMHead(nn.Module):
         cfg = HookedTransformerConfig.unwrap(cfg)
         self.W = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
-        self.act_fn = get_activation(cfg.act_fn)
+        self.act_fn = get_activation(require_set(cfg.act_fn, "act_fn"))
         self.ln = LayerNorm(cfg)
 
     def forward(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:

@@ -30,7 +30,7 @@ class TransformerBlock(nn.Module):
         attn_cls = GroupedQueryAttention if cfg.n_key_value_heads is not None else Attention
         self.attn = attn_cls(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
-        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type)
+        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
         if cfg.use_normalization_before_and_after:
             self.ln1_post = make_norm(cfg, post_norm)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
