@@ -31,8 +31,14 @@ demo: venv
 test: venv lint
 	$(BIN)/python -m pytest -q
 
+LINT_PATHS := hooked components loading tests benchmarks setup.py .ci
+
+# style (ruff check, ruff format --check) and types (basedpyright over the library: [tool.basedpyright]
+# in pyproject.toml); .pre-commit-config.yaml runs the same three on every commit
 lint: venv
-	$(BIN)/ruff check hooked components loading tests benchmarks setup.py .ci
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/basedpyright
 
 test-gpu: venv  # on a machine with CUDA: tests/gpu (collected only where a GPU is visible)
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu needs a CUDA device')"

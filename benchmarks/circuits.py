@@ -130,7 +130,8 @@ def main() -> None:
     per_step = (statistics.median(ig2_t) - statistics.median(ig_t)) / args.steps
     print(f"one forward + backward:                 {fb:8.3f} s")
     print(f"EAP-IG {args.steps} steps: {statistics.median(ig_t):.2f} s, {2 * args.steps} steps: "
-          f"{statistics.median(ig2_t):.2f} s -> {per_step:.3f} s per step = {per_step / fb:.2f}x a forward + backward")  # fmt: skip
+          f"{statistics.median(ig2_t):.2f} s -> {per_step:.3f} s per step = {per_step / fb:.2f}x "
+          "a forward + backward")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Times are process CPU time (`--clock wall` for wall-clock), which is steadier on
 shared machine; with one thread they agree on an idle one. The HF baseline never has
 hooks. It also checks that both produce the same tokens.
 
-    python benchmarks/generate.py [--model smollm2-135m] [--new-tokens 64] [--repeats 5] [--threads 1] [--clock cpu|wall]
+    python benchmarks/generate.py [--model smollm2-135m] [--new-tokens 64] [--repeats 5] [--threads 1] \
+        [--clock cpu|wall]
 """
 
 from __future__ import annotations
@@ -104,13 +105,14 @@ def main() -> None:
             ratio = ours_rate / hf_rate
             q1, _, q3 = pair_quartiles(ours, theirs)
             print(
-                f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f} {q1:>5.2f}-{q3:<6.2f}  {same}"
+                f"{batch:>5} {hooks_label:>13} {ours_rate:>13.1f} {hf_rate:>9.1f} {ratio:>6.2f} "
+                f"{q1:>5.2f}-{q3:<6.2f}  {same}"
             )
 
 
 def pair_quartiles(ours: list[float], theirs: list[float]) -> list[float]:
     """Quartiles of the per-repeat ratios (HF time / hooked time): how far one pair can drift."""
-    return statistics.quantiles([t_hf / t_ours for t_ours, t_hf in zip(ours, theirs)], n=4)
+    return statistics.quantiles([t_hf / t_ours for t_ours, t_hf in zip(ours, theirs, strict=True)], n=4)
 
 
 def hook_per_layer(model):

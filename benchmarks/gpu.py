@@ -84,7 +84,8 @@ def print_parity(model, hf, tokens) -> None:
     model.cfg.attn_implementation = "auto"
     print(
         f"parity {tuple(tokens.shape)} bf16, max |Δ log_softmax|: hooked vs HF (SDPA) {(ours - sdpa).abs().max():.1e}, "
-        f"hooked vs HF (eager) {(ours_eager - eager).abs().max():.1e}, HF eager vs HF SDPA {(eager - sdpa).abs().max():.1e}"
+        f"hooked vs HF (eager) {(ours_eager - eager).abs().max():.1e}, "
+        f"HF eager vs HF SDPA {(eager - sdpa).abs().max():.1e}"
     )
 
 
@@ -98,13 +99,15 @@ def main() -> None:
         sys.exit("benchmarks/gpu.py needs a CUDA device")
     model, hf = build(args.layers)
     print(
-        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16"
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{sum(p.numel() for p in hf.parameters()) / 1e9:.2f}B params bf16"
     )
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for batch, pos in ((1, 512), (8, 512), (32, 512)):
             tokens = torch.randint(3, 32000, (batch, pos), generator=gen).cuda()
-            compare(f"forward {batch}x{pos} (tokens/s)", lambda: model(tokens), lambda: hf(tokens).logits,
+            # the default arguments bind this iteration's tokens (compare calls the lambdas before the next one)
+            compare(f"forward {batch}x{pos} (tokens/s)", lambda t=tokens: model(t), lambda t=tokens: hf(t).logits,
                     batch * pos, args.repeats)  # fmt: skip
         print_parity(model, hf, tokens)
         names = [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)]
@@ -115,10 +118,13 @@ def main() -> None:
             prompt = torch.randint(3, 32000, (batch, 32), generator=gen).cuda()
             mask = torch.ones_like(prompt)
             n = args.new_tokens
-            ours = lambda: model.generate(prompt, max_new_tokens=n, do_sample=False, stop_at_eos=False,  # noqa: E731
-                                          verbose=False)  # fmt: skip
-            theirs = lambda: hf.generate(prompt, attention_mask=mask, max_new_tokens=n, do_sample=False,  # noqa: E731
-                                         min_new_tokens=n)  # fmt: skip
+
+            def ours(prompt=prompt, n=n):
+                return model.generate(prompt, max_new_tokens=n, do_sample=False, stop_at_eos=False, verbose=False)
+
+            def theirs(prompt=prompt, mask=mask, n=n):
+                return hf.generate(prompt, attention_mask=mask, max_new_tokens=n, do_sample=False, min_new_tokens=n)
+
             compare(f"greedy generate b{batch}, {n} new (tokens/s)", ours, theirs, batch * n, max(3, args.repeats // 2))
             same = (ours()[:, -n:] == theirs()[:, -n:]).float().mean().item()
             print(

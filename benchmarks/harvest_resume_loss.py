@@ -1,6 +1,7 @@
 """How much a `kill -9` near the end of a harvest costs: tokens redone on resume, default shards vs 256 MB shards.
 
-Runs `hooked harvest` in a subprocess, SIGKILLs it once its progress bar passes `--kill-at`, reruns the same command and reads how many tokens the resumed run had to compute again. The old default
+Runs `hooked harvest` in a subprocess, SIGKILLs it once its progress bar passes `--kill-at`, reruns the
+same command and reads how many tokens the resumed run had to compute again. The old default
 (one shard of about 256 MB) is run the same way, side by side:
 
     python benchmarks/harvest_resume_loss.py --model smollm2-135m --max-tokens 4096 --kill-at 0.8

@@ -73,10 +73,16 @@ def main() -> None:
     print(f"SmolLM2-135M float32 weights: {weight_bytes / 2**20:.0f} MiB (model + tokenizer loaded in each row)")
     for name, r in results.items():
         extra = r["peak"] - r["base"]
-        line = f"  {name:38s} peak +{extra / 2**20:6.0f} MiB = {extra / weight_bytes:4.2f} x weights   {r['seconds']:5.2f} s"
+        line = (
+            f"  {name:38s} peak +{extra / 2**20:6.0f} MiB = {extra / weight_bytes:4.2f} x weights   "
+            f"{r['seconds']:5.2f} s"
+        )
         if r["after_hf"] is not None:
             hf_footprint, ours = r["after_hf"] - r["base"], r["peak"] - r["after_hf"]
-            line += f"\n  {'':38s} = HF model {hf_footprint / weight_bytes:4.2f} x + hooked {ours / weight_bytes:4.2f} x weights"
+            line += (
+                f"\n  {'':38s} = HF model {hf_footprint / weight_bytes:4.2f} x "
+                f"+ hooked {ours / weight_bytes:4.2f} x weights"
+            )
         print(line)
 
 

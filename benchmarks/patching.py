@@ -30,7 +30,7 @@ def naive_resid_pre_patch(model, corrupted_tokens, clean_cache, metric) -> torch
         clean = clean_cache[name]
         for pos in range(n_pos):
 
-            def hook(act, hook, pos=pos):
+            def hook(act, hook, pos=pos, clean=clean):
                 act[:, pos] = clean[:, pos]
                 return act
 

@@ -79,7 +79,9 @@ if args["pipeline"]:
         with collectives.check_in("in forward()", model.device):
             pass
     check_in["one_call_us"] = (time.perf_counter() - start) / 200 * 1e6
-peak = 1024 * int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1])  # not ru_maxrss: kept across exec
+# VmHWM, not ru_maxrss: ru_maxrss is kept across exec
+with open("/proc/self/status") as status:
+    peak = 1024 * int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
 print("RESULT " + json.dumps(dict(peak=peak - base, load_s=load_s, tokens_per_s=times, check_in=check_in)))
 """
 
@@ -169,7 +171,8 @@ def bench_pipeline(
           f"{single['tokens_per_s']['1']:.0f} tokens/s ({cores} threads)")  # fmt: skip
     for rank, r in enumerate(ranks):
         print(
-            f"pipeline rank {rank}: peak {r['peak'] / gib:.2f} GiB ({r['peak'] / single['peak']:.2f}x), load {r['load_s']:.1f} s"
+            f"pipeline rank {rank}: peak {r['peak'] / gib:.2f} GiB ({r['peak'] / single['peak']:.2f}x), "
+            f"load {r['load_s']:.1f} s"
         )
     print(f"pipeline worst rank / single process peak: {worst / single['peak']:.2f}x (goal <= 0.6x)")
     last = ranks[-1]["tokens_per_s"]
@@ -179,7 +182,8 @@ def bench_pipeline(
     print(f"one check-in alone: {checks.pop('one_call_us'):.0f} us (mean of 200)")
     for m, t in checks.items():
         print(f"forward with micro_batches={m}: {t['with_s'] * 1e3:.1f} ms with the call check-in, "
-              f"{t['without_s'] * 1e3:.1f} ms without ({t['with_s'] / t['without_s']:.3f}x; best of {repeats})")  # fmt: skip
+              f"{t['without_s'] * 1e3:.1f} ms without "
+              f"({t['with_s'] / t['without_s']:.3f}x; best of {repeats})")  # fmt: skip
     return dict(single=single, ranks=ranks, ratio=worst / single["peak"])
 
 

@@ -32,6 +32,7 @@ from hooked.components.rotary import (
 )
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+from hooked.core.validation import require_set
 
 
 def head_major(n_heads: int, d_in: int, d_out: int, dtype) -> torch.Tensor:
@@ -58,10 +59,8 @@ def project(
         return torch.einsum("bphd,hde->bphe", x, W) + b
     # W.transpose(1, 2).reshape(...) is a free view of the head-major storage: [head * d_head, d_model]
     W_flat = W.transpose(1, 2).reshape(n_heads * d_head, d_model)
-    if bias_after:
-        flat = F.linear(x, W_flat) + b.reshape(-1)  # [batch, pos, head * d_head]
-    else:
-        flat = F.linear(x, W_flat, b.reshape(-1))  # [batch, pos, head * d_head]
+    # [batch, pos, head * d_head]
+    flat = F.linear(x, W_flat) + b.reshape(-1) if bias_after else F.linear(x, W_flat, b.reshape(-1))
     return flat.view(*x.shape[:-1], n_heads, d_head)  # [batch, pos, head, d_head]
 
 
@@ -108,7 +107,7 @@ class Attention(AttentionBuffers, nn.Module):
         self.rotary = cfg.uses_rotary and layer not in (cfg.nope_layers or ())
         if self.rotary:
             base, scaling = layer_rotary_parameters(cfg, is_local)
-            inv_freq = rotary_inv_freq(cfg.rotary_dim, base, scaling)
+            inv_freq = rotary_inv_freq(require_set(cfg.rotary_dim, "rotary_dim"), base, scaling)
             # layers with the same frequencies share one cos/sin table per forward
             self._rotary_key = ("rotary", cfg.rotary_dim, base, repr(scaling), cfg.rotary_adjacent_pairs)
             self.register_buffer("inv_freq", inv_freq, persistent=False)
@@ -162,7 +161,9 @@ class Attention(AttentionBuffers, nn.Module):
         cfg = self.cfg
         if state is None:
             causal = cfg.attention_dir == "causal"
-            state = ForwardState.for_input(*query_input.shape[:2], query_input.device, attention_mask, causal)
+            state = ForwardState.for_input(
+                query_input.shape[0], query_input.shape[1], query_input.device, attention_mask, causal
+            )
         kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
         W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
         after = cfg.bias_after_matmul
@@ -213,14 +214,16 @@ class Attention(AttentionBuffers, nn.Module):
             inv_freq = self._longrope_inv_freq_on_device(state, base, scaling)
         elif by_length:  # dynamic NTK / LongRoPE: frequencies from this call's total length, as HF
             seq_len = int(state.positions.max()) + 1
-            inv_freq = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, seq_len).to(inv_freq.device)
+            rotary_dim = require_set(self.cfg.rotary_dim, "rotary_dim")
+            inv_freq = rotary_inv_freq(rotary_dim, base, scaling, seq_len).to(inv_freq.device)
         return rotary_cos_sin(state.positions, inv_freq, self.cfg.rotary_adjacent_pairs, dtype, attention_factor)
 
     def _longrope_inv_freq_on_device(self, state: ForwardState, base: float, scaling: dict) -> torch.Tensor:
         """LongRoPE's short or long frequencies, chosen on the device (no host sync under `torch.compile`)."""
         original = scaling["original_max_position_embeddings"]
-        short = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, original)
-        long = rotary_inv_freq(self.cfg.rotary_dim, base, scaling, original + 1)
+        rotary_dim = require_set(self.cfg.rotary_dim, "rotary_dim")
+        short = rotary_inv_freq(rotary_dim, base, scaling, original)
+        long = rotary_inv_freq(rotary_dim, base, scaling, original + 1)
         use_long = state.positions.max() + 1 > original  # 0-d bool tensor
         return torch.where(use_long, long.to(self.inv_freq.device), short.to(self.inv_freq.device))
 
@@ -322,6 +325,7 @@ class Attention(AttentionBuffers, nn.Module):
     def _alibi_scores(self, q, k, state: ForwardState) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
         """`bias + scale * q.k` in one `baddbmm`, as HF's Bloom: one rounding in half precision, not three."""
         batch, n_heads, n_queries, d_head = q.shape
+        assert self.alibi_slopes is not None  # called for ALiBi layers only
         bias = alibi_bias(state, self.alibi_slopes, q.dtype)  # [batch or 1, head, 1, k_pos]
         bias = bias.expand(batch, n_heads, 1, k.shape[-2]).reshape(batch * n_heads, 1, -1)  # [batch * head, 1, k_pos]
         flat_q = q.reshape(batch * n_heads, n_queries, d_head)  # [batch * head, q_pos, d_head]
@@ -359,7 +363,7 @@ class GroupedQueryAttention(Attention):
     """
 
     def _init_kv(self, cfg: HookedTransformerConfig) -> None:
-        Hkv, d, dh, dt = cfg.n_key_value_heads, cfg.d_model, cfg.d_head, cfg.dtype
+        Hkv, d, dh, dt = require_set(cfg.n_key_value_heads, "n_key_value_heads"), cfg.d_model, cfg.d_head, cfg.dtype
         self.repeats = cfg.n_heads // Hkv
         self._W_K, self._W_V = nn.Parameter(head_major(Hkv, d, dh, dt)), nn.Parameter(head_major(Hkv, d, dh, dt))
         self._b_K, self._b_V = (

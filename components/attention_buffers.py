@@ -12,14 +12,23 @@ what the model computes. `del attn.mask` returns the layer to per-call masks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from jaxtyping import Bool, Float
 
 from hooked.components.forward_state import ForwardState
 from hooked.components.rotary import rotary_cos_sin
+from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError
 
 TL_BUFFERS = ("mask", "IGNORE", "rotary_sin", "rotary_cos")
+
+# the host class is a module: the type checker sees nn.Module's methods, the runtime MRO is unchanged
+if TYPE_CHECKING:
+    _ModuleBase = torch.nn.Module
+else:
+    _ModuleBase = object
 
 
 def _store(module: torch.nn.Module, name: str, value: torch.Tensor) -> None:
@@ -44,13 +53,22 @@ def _buffer_property(name: str, doc: str) -> property:
     return property(get, set_, doc=doc)
 
 
-class AttentionBuffers:
+class AttentionBuffers(_ModuleBase):
     """Mixin for `Attention`: TransformerLens's buffers as lazily built, assignable attributes.
 
     An attention layer saved on its own (`attn.state_dict()`, not as part of a model) carries
     these buffers as TransformerLens's does, and loading such a state dict takes them back
     (stored only where they differ from the defaults); a model's state dict never has them.
     """
+
+    # set by `Attention.__init__`; declared here for the type checker
+    cfg: HookedTransformerConfig
+    layer: int
+    rotary: bool
+    window: int | None
+    W_Q: torch.nn.Parameter
+    _rope: tuple
+    inv_freq: torch.Tensor
 
     def _init_attention_buffers(self) -> None:
         self.register_state_dict_post_hook(_add_tl_buffers)
@@ -112,7 +130,8 @@ class AttentionBuffers:
         if needed > min(cos.shape[0], sin.shape[0]):
             raise InputError(
                 f"layer {self.layer}'s stored rotary tables have {min(cos.shape[0], sin.shape[0])} rows, too few for "
-                f"position {needed - 1}: assign longer tables, or `del attn.rotary_cos, attn.rotary_sin` for per-call tables"
+                f"position {needed - 1}: assign longer tables, or `del attn.rotary_cos, attn.rotary_sin` "
+                "for per-call tables"
             )
         positions = state.positions.to(cos.device)
         return cos[positions][:, :, None].to(dtype), sin[positions][:, :, None].to(dtype)  # [batch, pos, 1, rot]

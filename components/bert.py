@@ -26,6 +26,7 @@ from hooked.components.mlp import MLP, linear
 from hooked.components.norms import LayerNorm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+from hooked.core.validation import require_set
 
 
 class TokenTypeEmbed(nn.Module):
@@ -76,7 +77,7 @@ def encoder_state(
     causal: bool = False,
 ) -> ForwardState:
     """The `ForwardState` of an encoder call: every query sees every real (mask 1) key."""
-    return ForwardState.for_input(*resid.shape[:2], resid.device, one_zero_attention_mask, causal)
+    return ForwardState.for_input(resid.shape[0], resid.shape[1], resid.device, one_zero_attention_mask, causal)
 
 
 def mask_from_additive(additive_attention_mask: Float[torch.Tensor, "batch 1 1 pos"]) -> Int[torch.Tensor, "batch pos"]:
@@ -145,7 +146,7 @@ class BertMLMHead(nn.Module):
         cfg = HookedTransformerConfig.unwrap(cfg)
         self.W = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model, dtype=cfg.dtype))
         self.b = nn.Parameter(torch.zeros(cfg.d_model, dtype=cfg.dtype))
-        self.act_fn = get_activation(cfg.act_fn)
+        self.act_fn = get_activation(require_set(cfg.act_fn, "act_fn"))
         self.ln = LayerNorm(cfg)
 
     def forward(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:

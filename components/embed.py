@@ -64,7 +64,9 @@ class PosEmbed(nn.Module):
         """`W_pos[positions]`, zero where `mask` is 0 (the model's forward calls this)."""
         if torch.compiler.is_compiling():  # a device-side check: no host sync in a graph
             message = f"a position is past n_ctx={self.n_ctx} learned positions; shorten the input"
-            torch._assert_async((positions < self.n_ctx).all(), message)
+            torch._assert_async(  # pyright: ignore[reportPrivateImportUsage] - not in torch.__all__
+                (positions < self.n_ctx).all(), message
+            )
         elif positions.numel() and int(positions.max()) >= self.n_ctx:
             raise ValueError(
                 f"Position {int(positions.max())} is past n_ctx={self.n_ctx} learned positions; "

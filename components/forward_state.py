@@ -143,4 +143,10 @@ class ForwardState:
         """False for queries that see no key at all (left-padding positions); None if every query sees one."""
         if self.attention_mask is None:
             return None
-        return self.memo(("valid", window), lambda: self.allowed(window).any(-1, keepdim=True))
+
+        def valid() -> torch.Tensor:
+            allowed = self.allowed(window)
+            assert allowed is not None  # with an attention mask there is always a table
+            return allowed.any(-1, keepdim=True)
+
+        return self.memo(("valid", window), valid)

@@ -42,7 +42,7 @@ class AudioFrontendConfig:
 
     def output_lengths(self, lengths: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
         """Frames produced from `lengths` samples (each convolution has no padding)."""
-        for kernel, stride in zip(self.conv_kernel, self.conv_stride):
+        for kernel, stride in zip(self.conv_kernel, self.conv_stride, strict=True):
             lengths = torch.div(lengths - kernel, stride, rounding_mode="floor") + 1
         return lengths
 
@@ -162,7 +162,9 @@ class HubertBlock(TransformerBlock):
         if not isinstance(state, ForwardState):
             if state is not None and attention_mask is None:  # TL's additive mask: 0 keep, -inf drop
                 attention_mask = (state[:, 0, 0, :] == 0).long()
-            state = ForwardState.for_input(*resid_pre.shape[:2], resid_pre.device, attention_mask, causal=False)
+            state = ForwardState.for_input(
+                resid_pre.shape[0], resid_pre.shape[1], resid_pre.device, attention_mask, causal=False
+            )
         if self.stable_layer_norm:
             return super().forward(resid_pre, state)
         resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]

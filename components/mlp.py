@@ -12,6 +12,7 @@ from hooked.components.norms import LayerNorm, LayerNormPre
 from hooked.components.xielu import XIELU
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+from hooked.core.validation import require_set
 
 
 def linear(
@@ -32,13 +33,14 @@ class MLP(nn.Module):
     def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
         cfg = HookedTransformerConfig.unwrap(cfg)
-        d, dm, dt = cfg.d_model, cfg.d_mlp, cfg.dtype
+        d, dm, dt = cfg.d_model, require_set(cfg.d_mlp, "d_mlp"), cfg.dtype
         self.W_in = nn.Parameter(torch.empty(d, dm, dtype=dt))
         self.b_in = nn.Parameter(torch.zeros(dm, dtype=dt))
         self.W_out = nn.Parameter(torch.empty(dm, d, dtype=dt))
         self.b_out = nn.Parameter(torch.zeros(d, dtype=dt))
         # xIELU (Apertus) is trainable: a module, so its parameters are `mlp.act_fn.*`
-        self.act_fn = XIELU(dtype=dt) if cfg.act_fn == "xielu" else get_activation(cfg.act_fn)
+        act_fn = require_set(cfg.act_fn, "act_fn")
+        self.act_fn = XIELU(dtype=dt) if act_fn == "xielu" else get_activation(act_fn)
         self.hook_pre = HookPoint()  # [batch, pos, d_mlp]
         self.hook_post = HookPoint()  # [batch, pos, d_mlp]
         self.bias_after = cfg.bias_after_matmul
@@ -67,8 +69,9 @@ class GatedMLP(MLP):
     def __init__(self, cfg: HookedTransformerConfig | dict):
         cfg = HookedTransformerConfig.unwrap(cfg)
         super().__init__(cfg)
-        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype))
-        self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp, dtype=cfg.dtype))
+        d_mlp = require_set(cfg.d_mlp, "d_mlp")
+        self.W_gate = nn.Parameter(torch.empty(cfg.d_model, d_mlp, dtype=cfg.dtype))
+        self.b_gate = nn.Parameter(torch.zeros(d_mlp, dtype=cfg.dtype))
         self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp]
 
     def activate(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_mlp"]:

@@ -33,6 +33,7 @@ from hooked.components.activations import get_activation
 from hooked.components.norms import unedited
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+from hooked.core.validation import require_set
 
 
 class Expert(nn.Module):
@@ -44,7 +45,7 @@ class Expert(nn.Module):
         self.W_in = nn.Linear(d, d_mlp, bias=bias, dtype=dt)
         self.W_gate = nn.Linear(d, d_mlp, bias=bias, dtype=dt)
         self.W_out = nn.Linear(d_mlp, d, bias=bias, dtype=dt)
-        self.act_fn = get_activation(cfg.act_fn)
+        self.act_fn = get_activation(require_set(cfg.act_fn, "act_fn"))
         self.hook_gate = HookPoint(pos_axis)  # [n_tokens, d_mlp] (shared expert: [batch, pos, d_mlp])
         self.hook_pre = HookPoint(pos_axis)  # [n_tokens, d_mlp]
         self.hook_post = HookPoint(pos_axis)  # [n_tokens, d_mlp]
@@ -65,7 +66,7 @@ class ClampedSwiGLUExpert(Expert):
 
     def __init__(self, cfg: HookedTransformerConfig, d_mlp: int, pos_axis: int | None = None):
         super().__init__(cfg, d_mlp, pos_axis, bias=True)
-        self.limit, self.alpha = cfg.swiglu_limit, cfg.swiglu_alpha
+        self.limit, self.alpha = require_set(cfg.swiglu_limit, "swiglu_limit"), cfg.swiglu_alpha
 
     def forward(self, x: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
         # HF's grouped experts add each bias after the product (two roundings below float32)
@@ -84,9 +85,11 @@ class MoE(nn.Module):
     def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
         self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
-        self.num_experts, self.top_k = cfg.num_experts, cfg.experts_per_token
-        self.W_gate = nn.Linear(cfg.d_model, cfg.num_experts, bias=self.router_bias, dtype=cfg.dtype)  # the router
-        self.experts = nn.ModuleList(self.expert_cls(cfg, cfg.d_mlp) for _ in range(cfg.num_experts))
+        self.num_experts = require_set(cfg.num_experts, "num_experts")
+        self.top_k = require_set(cfg.experts_per_token, "experts_per_token")
+        self.W_gate = nn.Linear(cfg.d_model, self.num_experts, bias=self.router_bias, dtype=cfg.dtype)  # the router
+        d_mlp = require_set(cfg.d_mlp, "d_mlp")
+        self.experts = nn.ModuleList(self.expert_cls(cfg, d_mlp) for _ in range(self.num_experts))
         self.hook_router_logits = HookPoint()  # [batch, pos, num_experts], model dtype
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
@@ -112,7 +115,7 @@ class MoE(nn.Module):
         counts = torch.bincount(slots, minlength=self.num_experts).tolist()
         outputs = [
             expert(flat[rows])  # [n_e, d_model]
-            for expert, rows in zip(self.experts, tokens.split(counts))
+            for expert, rows in zip(self.experts, tokens.split(counts), strict=True)
         ]
         slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
         if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first
@@ -131,7 +134,7 @@ class SharedExpertMoE(MoE):
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__(cfg)
-        self.shared_expert = Expert(cfg, cfg.shared_expert_d_mlp, pos_axis=1)
+        self.shared_expert = Expert(cfg, require_set(cfg.shared_expert_d_mlp, "shared_expert_d_mlp"), pos_axis=1)
         self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
         self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
 
@@ -160,7 +163,9 @@ class GptOssMoE(MoE):
         before, computed = (probs.clone() if observed else None), probs
         probs = self.hook_expert_weights(probs)
         indices = self.hook_expert_indices(probs.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
-        if not observed or unedited(computed, before, probs):  # HF's softmax over the top-k logits, in their dtype
+        if before is None or unedited(
+            computed, before, probs
+        ):  # before is None: no hook observed the weights  # HF's softmax over the top-k logits, in their dtype
             return indices, torch.softmax(logits.gather(-1, indices), dim=-1, dtype=logits.dtype)
         weights = probs.gather(-1, indices)  # [batch, pos, k]
         return indices, weights / weights.sum(-1, keepdim=True)

@@ -261,7 +261,8 @@ class RMSNormGainFirst(RMSNorm):
         return (bool(self.offset) and dtype in HALF_DTYPES) or (self.fp32_in_float16 and dtype == torch.float16)
 
     def cast_parameter(self, leaf: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """`tensor` as stored in a `dtype` model: the gain `offset + w_hf` with `w_hf` rounded to `dtype`, in float32."""
+        """`tensor` as stored in a `dtype` model: the gain `offset + w_hf` with `w_hf` rounded to `dtype`,
+        in float32."""
         if leaf != "w" or not self._gain_in_fp32(dtype):
             return tensor.to(dtype)
         if not self.offset:

@@ -17,7 +17,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
+from hooked.components.norms import (  # noqa: F401  (RMSNorm: importable from here before)
+    LayerNorm,
+    LayerNormPre,
+    RMSNorm,
+    RMSNormPre,
+    gain_first_layer_norm,
+    make_norm,
+)
 from hooked.core.config import HookedTransformerConfig
 
 
@@ -60,15 +67,17 @@ class PerHeadLayerNorm(LayerNormPre):
         return torch.stack([F.layer_norm(x[..., h, :], shape, w[h], b[h], self.eps) for h in range(x.shape[-2])], -2)
 
 
-def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> nn.Module:
+def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> LayerNormPre | RMSNormPre:
     """The q or k norm of one attention layer (`n_heads` = its query or key/value heads)."""
     if cfg.uses_layer_norm:
         return PerHeadLayerNorm(cfg, n_heads) if cfg.qk_norm_per_head else LayerNorm(cfg, cfg.d_head)
     width = n_heads * cfg.d_head if cfg.full_width_qk_norm else cfg.d_head
-    return make_norm(cfg, "RMS", width)
+    norm = make_norm(cfg, "RMS", width)
+    assert isinstance(norm, RMSNormPre)  # make_norm's "RMS" kind
+    return norm
 
 
-def apply_qk_norm(norm: RMSNorm, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
+def apply_qk_norm(norm: LayerNormPre | RMSNormPre, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
     """`norm` per head (`norm.length == d_head`) or over all heads at once (full width)."""
     if norm.length == x.shape[-1]:
         return norm(x)

@@ -42,21 +42,22 @@ def rotary_inv_freq(
     """
     kind = rope_kind(scaling)
     _require_fields(kind, scaling)
-    if kind == "dynamic":
-        base = _dynamic_ntk_base(rotary_dim, base, scaling, seq_len)
+    s = scaling or {}  # every kind but "default" has its fields (checked just above)
+    # dynamic NTK raises the base (a 0-d tensor, as HF computes it) for long sequences
+    call_base = _dynamic_ntk_base(rotary_dim, base, s, seq_len) if kind == "dynamic" else base
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim  # [half]
-    inv_freq = 1.0 / (base**exponents)
+    inv_freq = 1.0 / (call_base**exponents)
     if kind in ("default", "dynamic"):
         return inv_freq
     if kind == "linear":
-        return inv_freq / scaling["factor"]
+        return inv_freq / s["factor"]
     if kind == "llama3":
-        return _llama3_inv_freq(inv_freq, scaling)
+        return _llama3_inv_freq(inv_freq, s)
     if kind == "yarn":
-        return _yarn_inv_freq(rotary_dim, base, scaling)
+        return _yarn_inv_freq(rotary_dim, base, s)
     if kind == "longrope":
-        use_long = seq_len is not None and seq_len > scaling["original_max_position_embeddings"]
-        factors = torch.tensor(scaling["long_factor" if use_long else "short_factor"], dtype=torch.float32)
+        use_long = seq_len is not None and seq_len > s["original_max_position_embeddings"]
+        factors = torch.tensor(s["long_factor" if use_long else "short_factor"], dtype=torch.float32)
         return 1.0 / (factors * base**exponents)
     raise NotImplementedError(
         f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope)"
@@ -172,10 +173,8 @@ def rotary_cos_sin(
 ) -> tuple[Float[torch.Tensor, "batch pos 1 rot"], Float[torch.Tensor, "batch pos 1 rot"]]:
     """cos and sin tables for the given positions, laid out to match the pairing (times YaRN/LongRoPE's factor)."""
     angles = positions[..., None].float() * inv_freq  # [batch, pos, rot/2]
-    if adjacent:
-        angles = angles.repeat_interleave(2, dim=-1)  # [batch, pos, rot]: (θ0, θ0, θ1, θ1, ...)
-    else:
-        angles = torch.cat([angles, angles], dim=-1)  # [batch, pos, rot]: (θ0..θn, θ0..θn)
+    # [batch, pos, rot]: adjacent (θ0, θ0, θ1, θ1, ...), else halves (θ0..θn, θ0..θn)
+    angles = angles.repeat_interleave(2, dim=-1) if adjacent else torch.cat([angles, angles], dim=-1)
     cos, sin = angles.cos(), angles.sin()
     if attention_factor != 1.0:
         cos, sin = cos * attention_factor, sin * attention_factor

@@ -140,7 +140,11 @@ class T5Attention(Attention):
                 "This layer owns the relative bias: pass position_bias=attn.compute_relative_attention_bias(...)"
             )
         q = self.hook_q(project(query_input, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
-        k, v = key_value if key_value is not None else self.project_kv(key_input, value_input)
+        if key_value is None:
+            if key_input is None:
+                raise ValueError("pass key_input (the stream the keys come from), or key_value from project_kv")
+            key_value = self.project_kv(key_input, value_input)
+        k, v = key_value
         offset = 0
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.length

@@ -30,7 +30,7 @@ class TransformerBlock(nn.Module):
         attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
         self.attn = attn_cls(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
-        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type)
+        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
         if cfg.use_normalization_before_and_after:
             self.ln1_post = make_norm(cfg, post_norm)
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
@@ -65,7 +65,9 @@ class TransformerBlock(nn.Module):
         if state is None or isinstance(state, torch.Tensor):  # TL's block(resid_pre, shortformer_pos_embed)
             shortformer_pos_embed = state if state is not None else shortformer_pos_embed
             causal = self.cfg.attention_dir == "causal"
-            state = ForwardState.for_input(*resid_pre.shape[:2], resid_pre.device, attention_mask, causal)
+            state = ForwardState.for_input(
+                resid_pre.shape[0], resid_pre.shape[1], resid_pre.device, attention_mask, causal
+            )
         resid_pre = self.hook_resid_pre(resid_pre)
         attn_out = self.hook_attn_out(self._attention(resid_pre, state, shortformer_pos_embed))
         if self.cfg.attn_only:

@@ -23,6 +23,9 @@ def _softplus_inverse(value: float, dtype: torch.dtype) -> torch.Tensor:
 class XIELU(nn.Module):
     """Trainable xIELU: one `alpha_p`, `alpha_n` per layer (HF's defaults 0.8, 0.8, beta 0.5)."""
 
+    beta: torch.Tensor  # buffers
+    eps: torch.Tensor
+
     def __init__(
         self,
         alpha_p_init: float = 0.8,

@@ -12,6 +12,7 @@ The model classes load on first use, so `import hooked` stays light.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from hooked import _moved_modules
 from hooked._version import __version__
@@ -33,6 +34,16 @@ _LAZY = {
     "FactoredMatrix": ("hooked.core.factored_matrix", "FactoredMatrix"),
     "HookedTransformerKeyValueCache": ("hooked.generation.kv_cache", "HookedTransformerKeyValueCache"),
 }
+
+if TYPE_CHECKING:  # what a type checker sees for the lazy names above
+    from hooked.analysis.activation_cache import ActivationCache
+    from hooked.core.factored_matrix import FactoredMatrix
+    from hooked.generation.kv_cache import HookedTransformerKeyValueCache
+    from hooked.models.hooked_audio_encoder import HookedAudioEncoder
+    from hooked.models.hooked_encoder import HookedEncoder
+    from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder
+    from hooked.models.hooked_transformer import HookedTransformer
+    from hooked.models.next_sentence_prediction import BertNextSentencePrediction
 
 
 def __getattr__(name: str):

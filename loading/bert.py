@@ -56,15 +56,15 @@ def convert_bert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str,
         "embed.token_type_embed.W_token_type": hf["embeddings.token_type_embeddings.weight"],
         **layer_norm(hf, "embeddings.LayerNorm", "embed.ln", d),
     }
-    for l in range(cfg.n_layers):
-        p = f"encoder.layer.{l}."
+    for layer_i in range(cfg.n_layers):
+        p = f"encoder.layer.{layer_i}."
         block = {
             **projections(hf, p + "attention.", ("self.query", "self.key", "self.value", "output.dense"), cfg),
             **layer_norm(hf, p + "attention.output.LayerNorm", "ln1", d),
             **dense_mlp(hf, p + "intermediate.dense", p + "output.dense"),
             **layer_norm(hf, p + "output.LayerNorm", "ln2", d),
         }
-        sd.update(prefixed(f"blocks.{l}.", block))
+        sd.update(prefixed(f"blocks.{layer_i}.", block))
     sd.update(_pooler(hf))
     sd.update(_mlm_head(hf_state, sd["embed.embed.W_E"], d))
     sd.update(_nsp_head(hf_state))

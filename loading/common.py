@@ -148,7 +148,7 @@ def unembed_weights(
     then the transposed view `W_E.T`, so both names keep pointing at one tensor.
     """
     tied = lm_head is None or lm_head.data_ptr() == W_E.data_ptr()
-    W_U = W_E.T if tied else lm_head.T  # [d_model, d_vocab]
+    W_U = W_E.T if tied or lm_head is None else lm_head.T  # [d_model, d_vocab]
     if bias is None:
         bias = torch.zeros(W_U.shape[1], dtype=W_U.dtype, device=W_U.device)
     return {"unembed.W_U": W_U, "unembed.b_U": bias}

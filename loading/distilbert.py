@@ -35,15 +35,15 @@ def convert_distilbert_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dic
         "embed.token_type_embed.W_token_type": torch.zeros(2, d, dtype=W_E.dtype),  # no segments
         **layer_norm(hf, "embeddings.LayerNorm", "embed.ln", d),
     }
-    for l in range(cfg.n_layers):
-        p = f"transformer.layer.{l}."
+    for layer_i in range(cfg.n_layers):
+        p = f"transformer.layer.{layer_i}."
         block = {
             **projections(hf, p + "attention.", ("q_lin", "k_lin", "v_lin", "out_lin"), cfg),
             **layer_norm(hf, p + "sa_layer_norm", "ln1", d),
             **dense_mlp(hf, p + "ffn.lin1", p + "ffn.lin2"),
             **layer_norm(hf, p + "output_layer_norm", "ln2", d),
         }
-        sd.update(prefixed(f"blocks.{l}.", block))
+        sd.update(prefixed(f"blocks.{layer_i}.", block))
     if "vocab_transform.weight" in hf_state:
         sd.update(
             {

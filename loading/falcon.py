@@ -11,7 +11,7 @@ NeoX half-split rotary over the whole head, or ALiBi (falcon-rw, `alibi=True`), 
 bias HF adds **before** the 1/sqrt(d_head) scaling (`cfg.alibi_before_attn_scale`: the
 slopes are scaled instead). The new architecture is always parallel. HF's eager softmax
 runs in the hidden dtype (float32 here, so exact).
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 

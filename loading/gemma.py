@@ -25,7 +25,7 @@ is `sqrt(d_model) * e` computed as HF's model does, in its dtype (`scaled_embedd
 Gemma 2's HF norm names: `input_layernorm` -> `ln1`, `post_attention_layernorm` ->
 `ln1_post`, `pre_feedforward_layernorm` -> `ln2`, `post_feedforward_layernorm` ->
 `ln2_post`. In Gemma 1, `post_attention_layernorm` is the pre-MLP norm `ln2`.
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 

@@ -39,12 +39,12 @@ def convert_gpt2_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str,
     hf = strip_prefix(hf_state, "transformer.")
     d, H, dh = cfg.d_model, cfg.n_heads, cfg.d_head
     sd = {"embed.W_E": hf["wte.weight"], "pos_embed.W_pos": hf["wpe.weight"]}
-    for l in range(cfg.n_layers):
-        p, b = f"h.{l}.", f"blocks.{l}."
+    for layer in range(cfg.n_layers):
+        p, b = f"h.{layer}.", f"blocks.{layer}."
         sd[b + "ln1.w"], sd[b + "ln1.b"] = hf[p + "ln_1.weight"], hf[p + "ln_1.bias"]
         qkv_w = hf[p + "attn.c_attn.weight"].split(d, dim=1)  # 3 x [d_model, head*d_head]
         qkv_b = hf[p + "attn.c_attn.bias"].split(d, dim=0)  # 3 x [head*d_head]
-        for name, w, bias in zip("QKV", qkv_w, qkv_b):
+        for name, w, bias in zip("QKV", qkv_w, qkv_b, strict=True):
             sd[b + f"attn.W_{name}"] = w.reshape(d, H, dh).permute(1, 0, 2)  # [head, d_model, d_head]
             sd[b + f"attn.b_{name}"] = bias.reshape(H, dh)  # [head, d_head]
         sd[b + "attn.W_O"] = hf[p + "attn.c_proj.weight"].reshape(H, dh, d)  # [head, d_head, d_model]
@@ -55,7 +55,7 @@ def convert_gpt2_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str,
     sd["ln_final.w"], sd["ln_final.b"] = hf["ln_f.weight"], hf["ln_f.bias"]
     lm_head = hf.get("lm_head.weight")
     tied = lm_head is None or lm_head.data_ptr() == sd["embed.W_E"].data_ptr()
-    sd["unembed.W_U"] = sd["embed.W_E"].T if tied else lm_head.T  # [d_model, d_vocab]
+    sd["unembed.W_U"] = sd["embed.W_E"].T if tied or lm_head is None else lm_head.T  # [d_model, d_vocab]
     sd["unembed.b_U"] = torch.zeros(sd["unembed.W_U"].shape[1], dtype=sd["embed.W_E"].dtype)
     return sd
 

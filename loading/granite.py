@@ -36,7 +36,8 @@ def convert_granite_config(hf: Any) -> dict:
 
 
 def fold_scalar_multipliers(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
-    """Multiply `W_E` by `cfg.embed_scale`, every sublayer's output weights by `cfg.residual_scale`, `W_U` by `cfg.logit_scale`.
+    """Multiply `W_E` by `cfg.embed_scale`, every sublayer's output weights by `cfg.residual_scale`,
+    `W_U` by `cfg.logit_scale`.
 
     New tensors are made (the inputs may be views of a user's HF model); a scale of None
     or 1 leaves its tensors, and a tied `W_U`, as they are.
@@ -48,7 +49,9 @@ def fold_scalar_multipliers(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch
 
     scale(["embed.W_E"], cfg.embed_scale)
     writers = [
-        f"blocks.{l}.{name}" for l in range(cfg.n_layers) for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
+        f"blocks.{layer}.{name}"
+        for layer in range(cfg.n_layers)
+        for name in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out")
     ]
     scale(writers, cfg.residual_scale)
     scale(["unembed.W_U", "unembed.b_U"], cfg.logit_scale)

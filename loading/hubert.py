@@ -55,11 +55,11 @@ def hubert_frontend_config(hf) -> dict:
     return fields
 
 
-def block_weights(hf: Mapping[str, torch.Tensor], l: int, cfg) -> dict[str, torch.Tensor]:
+def block_weights(hf: Mapping[str, torch.Tensor], l: int, cfg) -> dict[str, torch.Tensor]:  # noqa: E741 - public name
     """Encoder layer `l` in TransformerLens names; absent biases are left out."""
     H, p, b = cfg.n_heads, f"encoder.layers.{l}.", f"blocks.{l}."
     sd = {}
-    for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj")):
+    for n, proj in zip("QKV", ("q_proj", "k_proj", "v_proj"), strict=True):
         w = hf[p + f"attention.{proj}.weight"]  # [head * d_head, d_model]
         sd[b + f"attn.W_{n}"] = w.T.reshape(w.shape[1], H, -1).permute(1, 0, 2)  # [head, d_model, d_head]
         if p + f"attention.{proj}.bias" in hf:
@@ -116,8 +116,8 @@ def convert_hubert_weights(hf: Mapping[str, torch.Tensor], cfg, hf_config=None) 
     Without `hf_config` only the transformer (blocks and `encoder_ln`) is converted.
     """
     sd = _frontend(hf, hf_config) if hf_config is not None else {}
-    for l in range(cfg.n_layers):
-        sd.update(block_weights(hf, l, cfg))
+    for layer in range(cfg.n_layers):
+        sd.update(block_weights(hf, layer, cfg))
     sd["encoder_ln.w"], sd["encoder_ln.b"] = hf["encoder.layer_norm.weight"], hf["encoder.layer_norm.bias"]
     return sd
 

@@ -15,7 +15,7 @@ transformers 5 holds the experts of a live model fused (`mlp.experts.gate_up_pro
 see its `conversion_mapping.py`), while checkpoints on disk keep one Linear per expert:
 `expert_weights` reads both. Layers with a dense MLP (`mlp_only_layers`,
 `decoder_sparse_step > 1`) are not supported.
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Weight processing: OLMo-1's norms are already parameter-free, so `fold_ln` only 
 the readers and `center_writing_weights` is exact (every reader is a LayerNorm).
 OLMo-2/3 skip `fold_ln` and `center_writing_weights` with a warning: nothing reads a
 normalized stream (see `components/post_norm_block.py`); the qk-norms are never folded.
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 

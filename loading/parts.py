@@ -58,9 +58,9 @@ def projections(
     hf: Mapping[str, torch.Tensor], p: str, names: tuple[str, str, str, str], cfg
 ) -> dict[str, torch.Tensor]:
     """`attention` from four separate HF Linears under prefix `p` (e.g. `q_proj`, `k_proj`, `v_proj`, `out_proj`)."""
-    weights = [hf[p + n + ".weight"] for n in names]
+    W_q, W_k, W_v, W_o = (hf[p + n + ".weight"] for n in names)
     biases = tuple(hf.get(p + n + ".bias") for n in names)
-    return attention(*weights, biases, cfg)
+    return attention(W_q, W_k, W_v, W_o, biases, cfg)
 
 
 def dense_mlp(hf: Mapping[str, torch.Tensor], fc_in: str, fc_out: str) -> dict[str, torch.Tensor]:

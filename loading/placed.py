@@ -66,7 +66,7 @@ def load_placed(
         )
     expected = {k: v.shape for k, v in model.state_dict(keep_vars=True).items()}
     index, placed = {}, set()
-    for part, tensors in iter_processed_parts(convert, state, source_cfg, steps, where, reads):
+    for _part, tensors in iter_processed_parts(convert, state, source_cfg, steps, where, reads):
         _check_shapes(tensors, expected)
         placed |= _place(model, tensors, plan, offload_folder, index)
         del tensors

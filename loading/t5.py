@@ -8,6 +8,7 @@ HF's `q/k/v/o` are `nn.Linear` (`[out, in]`), so each is transposed into Transfo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -63,7 +64,7 @@ def _attention(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str,
     w = hf[p + "q.weight"]
     sd = {b + f"W_{n}": _heads_in(hf[p + f"{n.lower()}.weight"], H) for n in "QKV"}
     sd[b + "W_O"] = hf[p + "o.weight"].T.reshape(H, dh, d)  # [head, d_head, d_model]
-    zeros = dict(dtype=w.dtype, device=w.device)
+    zeros: dict[str, Any] = dict(dtype=w.dtype, device=w.device)
     sd.update({b + f"b_{n}": torch.zeros(H, dh, **zeros) for n in "QKV"})
     sd[b + "b_O"] = torch.zeros(d, **zeros)
     return sd
@@ -71,7 +72,7 @@ def _attention(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str,
 
 def _mlp(hf: Mapping[str, torch.Tensor], p: str, b: str, cfg) -> dict[str, torch.Tensor]:
     wo = hf[p + "wo.weight"]  # [d_model, d_mlp]
-    zeros = dict(dtype=wo.dtype, device=wo.device)
+    zeros: dict[str, Any] = dict(dtype=wo.dtype, device=wo.device)
     sd = {
         b + "W_out": wo.T,
         b + "b_out": torch.zeros(cfg.d_model, **zeros),
@@ -94,8 +95,8 @@ def _stack(hf, stack: str, cfg) -> dict[str, torch.Tensor]:
             f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
         ]
     }
-    for l in range(cfg.n_layers):
-        p, b = f"{stack}.block.{l}.layer.", f"{stack}.{l}."
+    for layer_i in range(cfg.n_layers):
+        p, b = f"{stack}.block.{layer_i}.layer.", f"{stack}.{layer_i}."
         sd.update(_attention(hf, p + "0.SelfAttention.", b + "attn.", cfg))
         sd[b + "ln1.w"] = hf[p + "0.layer_norm.weight"]
         if decoder:
@@ -123,7 +124,7 @@ def convert_t5_weights(hf: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.T
     sd = {"embed.W_E": W_E}
     sd.update(_stack(hf, "encoder", cfg))
     sd.update(_stack(hf, "decoder", cfg))
-    lm_head = hf["lm_head.weight"] if "lm_head.weight" in hf else W_E  # [d_vocab, d_model]
+    lm_head = hf.get("lm_head.weight", W_E)  # [d_vocab, d_model]
     sd["unembed.W_U"] = lm_head.T  # [d_model, d_vocab]
     sd["unembed.b_U"] = torch.zeros(lm_head.shape[0], dtype=W_E.dtype, device=W_E.device)
     return sd

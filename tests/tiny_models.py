@@ -300,11 +300,13 @@ CLASSIC_FAMILIES = {
     # Pythia layout: parallel residual, rotary on a quarter of each head (4 of 16 dims).
     "neox_parallel_rot025": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(
         hidden_size=48, num_attention_heads=3, intermediate_size=72, num_hidden_layers=2, max_position_embeddings=64,
-        use_parallel_residual=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+        use_parallel_residual=True,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
     )),
     "neox_sequential_rot025": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(
         hidden_size=48, num_attention_heads=3, intermediate_size=72, num_hidden_layers=2, max_position_embeddings=64,
-        use_parallel_residual=False, rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
+        use_parallel_residual=False,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25),
     )),
     # Adjacent-pair rotary on 8 of 16 dims; one shared LayerNorm; lm_head bias.
     "gptj_rotary8of16": ("GPTJConfig", "GPTJForCausalLM", dict(

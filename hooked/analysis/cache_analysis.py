@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn as nn
@@ -93,6 +93,17 @@ Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_out
 
 class CacheAnalysisMixin:
     """Needs `self.model`, `self.cache_dict`, `self.has_batch_dim` and `self[key]`."""
+
+    # set by the host class (`ActivationCache`); declared here for the type checker
+    model: Any
+    cache_dict: dict[str, torch.Tensor]
+    has_batch_dim: bool
+
+    if TYPE_CHECKING:
+
+        def _key(self, key) -> str: ...
+
+        def __getitem__(self, key) -> torch.Tensor: ...
 
     # -- helpers -------------------------------------------------------------------------
     def _final_layer(self, layer: int | None) -> int:
@@ -253,24 +264,24 @@ class CacheAnalysisMixin:
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_layers = self.model.cfg.n_layers
-        needed = [("resid_pre", l) for l in range(min(layer + 1, n_layers))]
+        needed = [("resid_pre", layer_i) for layer_i in range(min(layer + 1, n_layers))]
         needed += [
-            ("resid_mid", l)
-            for l in range(min(layer + 1, n_layers))
-            if (incl_mid and l < layer) or (mlp_input and l == layer)
+            ("resid_mid", layer_i)
+            for layer_i in range(min(layer + 1, n_layers))
+            if (incl_mid and layer_i < layer) or (mlp_input and layer_i == layer)
         ]
         self._require(needed + ([("resid_post", n_layers - 1)] if layer == n_layers else []), "accumulated_resid")
         parts, labels = [], []
-        for l in range(layer + 1):
-            if l == n_layers:
+        for layer_i in range(layer + 1):
+            if layer_i == n_layers:
                 parts.append(self["resid_post", n_layers - 1])
                 labels.append("final_post")
                 continue
-            parts.append(self["resid_pre", l])
-            labels.append(f"{l}_pre")
-            if (incl_mid and l < layer) or (mlp_input and l == layer):
-                parts.append(self["resid_mid", l])
-                labels.append(f"{l}_mid")
+            parts.append(self["resid_pre", layer_i])
+            labels.append(f"{layer_i}_pre")
+            if (incl_mid and layer_i < layer) or (mlp_input and layer_i == layer):
+                parts.append(self["resid_mid", layer_i])
+                labels.append(f"{layer_i}_mid")
         stack = torch.stack([pos_slice.apply(p, dim=-2) for p in parts], dim=0)  # [component, *bp, d_model]
         if apply_ln:
             stack = self.apply_ln_to_stack(
@@ -312,8 +323,8 @@ class CacheAnalysisMixin:
         incl_attn = mode != "mlp"
         incl_mlp = mode != "attn" and not self.model.cfg.attn_only
         needed = self._embed_keys() if incl_embeds else []
-        needed += [("attn_out", l) for l in range(layer) if incl_attn] + [
-            ("mlp_out", l) for l in range(layer) if incl_mlp
+        needed += [("attn_out", layer_i) for layer_i in range(layer) if incl_attn] + [
+            ("mlp_out", layer_i) for layer_i in range(layer) if incl_mlp
         ]
         self._require(needed + ([("attn_out", layer)] if mlp_input and incl_attn else []), "decompose_resid")
         parts, labels = [], []
@@ -323,13 +334,13 @@ class CacheAnalysisMixin:
         if incl_embeds and self._has_pos_embed():
             parts.append(self["hook_pos_embed"])
             labels.append("pos_embed")
-        for l in range(layer):
+        for layer_i in range(layer):
             if incl_attn:
-                parts.append(self["attn_out", l])
-                labels.append(f"{l}_attn_out")
+                parts.append(self["attn_out", layer_i])
+                labels.append(f"{layer_i}_attn_out")
             if incl_mlp:
-                parts.append(self["mlp_out", l])
-                labels.append(f"{l}_mlp_out")
+                parts.append(self["mlp_out", layer_i])
+                labels.append(f"{layer_i}_mlp_out")
         if mlp_input and incl_attn:
             parts.append(self["attn_out", layer])
             labels.append(f"{layer}_attn_out")
@@ -348,15 +359,19 @@ class CacheAnalysisMixin:
         norm of that sum. These are the forward pass's `hook_result` values (before that
         norm); `stack_head_results` gives each head's share of `attn_out`.
         """
-        missing = [l for l in range(self.model.cfg.n_layers) if f"blocks.{l}.attn.hook_result" not in self.cache_dict]
+        missing = [
+            layer_i
+            for layer_i in range(self.model.cfg.n_layers)
+            if f"blocks.{layer_i}.attn.hook_result" not in self.cache_dict
+        ]
         if not missing:
             logger.warning("compute_head_results: head results are already cached")
-        for l in missing:
-            z = self["z", l]  # [*batch_and_pos, head, d_head]
-            W_O = self.model.block_weight(l, "attn.W_O")  # [head, d_head, d_model]
+        for layer_i in missing:
+            z = self["z", layer_i]  # [*batch_and_pos, head, d_head]
+            W_O = self.model.block_weight(layer_i, "attn.W_O")  # [head, d_head, d_model]
             with torch.set_grad_enabled(z.requires_grad and torch.is_grad_enabled()):
                 result = torch.einsum("...hd,hdm->...hm", z, W_O.to(z.dtype))  # [*batch_and_pos, head, d_model]
-            self.cache_dict[f"blocks.{l}.attn.hook_result"] = result
+            self.cache_dict[f"blocks.{layer_i}.attn.hook_result"] = result
 
     def stack_head_results(
         self,
@@ -391,13 +406,15 @@ class CacheAnalysisMixin:
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_heads = self.model.cfg.n_heads
-        if any(f"blocks.{l}.attn.hook_result" not in self.cache_dict for l in range(layer)):
+        if any(f"blocks.{layer_i}.attn.hook_result" not in self.cache_dict for layer_i in range(layer)):
             self.compute_head_results()
-        labels = [f"L{l}H{h}" for l in range(layer) for h in range(n_heads)]
+        labels = [f"L{layer_i}H{h}" for layer_i in range(layer) for h in range(n_heads)]
         if layer > 0:
-            results = [pos_slice.apply(self["result", l], dim=-3) for l in range(layer)]  # [*bp, head, d_model]
+            results = [
+                pos_slice.apply(self["result", layer_i], dim=-3) for layer_i in range(layer)
+            ]  # [*bp, head, d_model]
             if freeze_post_norm:
-                results = [self._freeze_post_norm(r, l, "attn", pos_slice) for l, r in enumerate(results)]
+                results = [self._freeze_post_norm(r, layer_i, "attn", pos_slice) for layer_i, r in enumerate(results)]
             stack = torch.cat(results, dim=-2).movedim(-2, 0)  # [layer * head, *bp, d_model]
         else:
             stack = torch.zeros(0, *pos_slice.apply(self._resid_like(), dim=-2).shape, device=self._resid_like().device)
@@ -414,7 +431,7 @@ class CacheAnalysisMixin:
     ) -> Float[torch.Tensor, "layer ..."]:
         """`cache[(activation_name, l, sublayer_type)]` for every l < `layer`, stacked on axis 0."""
         layer = self._final_layer(layer)
-        return torch.stack([self[(activation_name, l, sublayer_type)] for l in range(layer)], dim=0)
+        return torch.stack([self[(activation_name, layer_i, sublayer_type)] for layer_i in range(layer)], dim=0)
 
     # -- MLP neurons ---------------------------------------------------------------------
     def get_neuron_results(
@@ -512,22 +529,22 @@ class CacheAnalysisMixin:
         proj = project_output_onto
         project_2d = None if proj is None else (proj[:, None] if proj.ndim == 1 else proj)  # [d_model, k]
         neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp), dim=0).tolist()
-        labels = [f"L{l}N{n}" for l in range(layer) for n in neurons]
+        labels = [f"L{layer_i}N{n}" for layer_i in range(layer) for n in neurons]
         norm, _ = self._reader_norm(layer, mlp_input)
         ln_folded = apply_ln and not isinstance(norm, nn.Identity)
         scale = self._cached_scale(layer, mlp_input, pos_slice) if ln_folded else None
         per_layer = []
-        for l in range(layer):
-            acts = neuron_slice.apply(pos_slice.apply(self["post", l], dim=-2), dim=-1)  # [*bp, neuron]
+        for layer_i in range(layer):
+            acts = neuron_slice.apply(pos_slice.apply(self["post", layer_i], dim=-2), dim=-1)  # [*bp, neuron]
             if scale is not None:
                 acts = acts / scale
-            frozen = self._post_norm_scale(l, "mlp", pos_slice) if freeze_post_norm else None
+            frozen = self._post_norm_scale(layer_i, "mlp", pos_slice) if freeze_post_norm else None
             if frozen is not None:
                 acts = acts / frozen[2].to(acts.dtype)
             post_norm = None if frozen is None else frozen[:2]
             per_layer.append(
                 acts[..., None]
-                * self._neuron_write(l, neuron_slice, project_2d, norm if ln_folded else None, post_norm)
+                * self._neuron_write(layer_i, neuron_slice, project_2d, norm if ln_folded else None, post_norm)
             )
         out_dim = self.model.cfg.d_model if project_2d is None else project_2d.shape[-1]
         if per_layer:
@@ -608,7 +625,8 @@ class CacheAnalysisMixin:
         if tuple(residual_stack.shape[1:-1]) != tuple(scale.shape[:-1]):
             raise InputError(
                 f"apply_ln: the stack {tuple(residual_stack.shape)} has batch/position axes "
-                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with pos_slice={_shown(pos_slice)} "
+                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with "
+                f"pos_slice={_shown(pos_slice)} "
                 f"and batch_slice={_shown(batch_slice)} has {tuple(scale.shape[:-1])}: pass the pos_slice (and "
                 "batch_slice) the stack was built with, e.g. pos_slice=-1 for a stack of the last position"
             )
@@ -716,15 +734,16 @@ class CacheAnalysisMixin:
 
     def _check_no_bias_behind_post_norms(self, layers: int) -> None:
         """A bias behind a post-sublayer norm is scaled per position: no `[d_model]` bias term describes it."""
-        for l in range(layers):
-            block = self.model.blocks[l]
+        for layer_i in range(layers):
+            block = self.model.blocks[layer_i]
             names = ["attn.b_O"] + (
                 [] if self.model.cfg.attn_only or not hasattr(block.mlp, "b_out") else ["mlp.b_out"]
             )
-            biases = [self.model.block_weight(l, name) for name in names]  # paged in / from their rank
+            biases = [self.model.block_weight(layer_i, name) for name in names]  # paged in / from their rank
             if any(bool(b.detach().ne(0).any()) for b in biases):
                 raise NotImplementedError(
-                    f"layer {l} adds output biases before its post-sublayer norm, so they scale with each position; "
+                    f"layer {layer_i} adds output biases before its post-sublayer norm, so they scale with each "
+                    "position; "
                     "use decompose_resid (whole sublayers) or freeze_post_norm=False"
                 )
 

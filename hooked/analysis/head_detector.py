@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
@@ -117,7 +117,9 @@ def detect_head(
     cfg = model.cfg
     if error_measure not in ("abs", "mul"):
         raise InputError(f"error_measure must be 'abs' or 'mul', got {error_measure!r}")
-    options = dict(exclude_bos=exclude_bos, exclude_current_token=exclude_current_token, error_measure=error_measure)
+    options: dict[str, Any] = dict(
+        exclude_bos=exclude_bos, exclude_current_token=exclude_current_token, error_measure=error_measure
+    )
     if isinstance(seq, torch.Tensor):
         seq = _token_rows(seq, cfg.d_vocab)
         if len(seq) == 1:

@@ -36,7 +36,7 @@ def final_norm(model, resid: Float[torch.Tensor, "... d_model"]) -> Float[torch.
 def logit_lens(model, cache, pos: int, target: int) -> list[tuple[str, int, float]]:
     """Rank and probability of `target` when each layer's residual stream is unembedded."""
     rows = []
-    names = [(f"resid_pre {l}", cache["resid_pre", l]) for l in range(model.cfg.n_layers)]
+    names = [(f"resid_pre {layer_i}", cache["resid_pre", layer_i]) for layer_i in range(model.cfg.n_layers)]
     names.append(("final resid", cache["resid_post", model.cfg.n_layers - 1]))
     for label, resid in names:
         logits = model.unembed(final_norm(model, resid[:, pos][:, None]))[0, 0]  # [d_vocab]
@@ -54,7 +54,9 @@ def top_heads(
     With `skip_first`, attention to the first token (usually BOS, where heads with
     nothing to do park their attention) does not count.
     """
-    weights = torch.stack([cache["pattern", l][0, :, pos] for l in range(model.cfg.n_layers)])  # [layer, head, key]
+    weights = torch.stack(
+        [cache["pattern", layer_i][0, :, pos] for layer_i in range(model.cfg.n_layers)]
+    )  # [layer, head, key]
     if skip_first and weights.shape[-1] > 1:
         weights = weights.clone()
         weights[..., 0] = 0
@@ -74,10 +76,10 @@ def direct_logit_attribution(
     parts = [("embed", cache["hook_embed"][0, pos])]
     if "hook_pos_embed" in cache:
         parts.append(("pos_embed", cache["hook_pos_embed"][0, pos]))
-    for l in range(model.cfg.n_layers):
-        parts.append((f"attn {l}", cache["attn_out", l][0, pos]))
+    for layer in range(model.cfg.n_layers):
+        parts.append((f"attn {layer}", cache["attn_out", layer][0, pos]))
         if not model.cfg.attn_only:
-            parts.append((f"mlp {l}", cache["mlp_out", l][0, pos]))
+            parts.append((f"mlp {layer}", cache["mlp_out", layer][0, pos]))
     stack = torch.stack([p for _, p in parts])  # [component, d_model]
     if model.cfg.uses_layer_norm:
         stack = stack - stack.mean(-1, keepdim=True)
@@ -114,7 +116,9 @@ def inspect_prompt(model, prompt: str, top_k: int = 10, answer: str | None = Non
     return Report(
         prompt=prompt,
         str_tokens=str_tokens,
-        top_tokens=[(model.to_single_str_token(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
+        top_tokens=[
+            (model.to_single_str_token(int(i)), float(p)) for p, i in zip(top.values, top.indices, strict=True)
+        ],
         logit_lens=logit_lens(model, cache, -1, target),
         top_heads=top_heads(model, cache, -1, str_tokens),
         attributions=direct_logit_attribution(model, cache, -1, target, wrong=wrong_id),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from jaxtyping import Float
@@ -204,7 +204,8 @@ class ResampleAblate(Intervention):
 
     def __init__(self, source_rows: Sequence[int] | None = None, **select):
         super().__init__(**select)
-        self.source_rows = None if source_rows is None else list(_indices(source_rows, "source_rows"))
+        indices = _indices(source_rows, "source_rows")
+        self.source_rows = None if indices is None else list(indices)
 
     def replacement(self, act, hook):
         if self.source_rows is None:
@@ -371,6 +372,14 @@ class Chain(AtSteps):
         return {"op": "chain", "items": specs}, tensors
 
 
+@overload
+def _tensor_or_none(value, what: str, required: Literal[True]) -> torch.Tensor: ...
+
+
+@overload
+def _tensor_or_none(value, what: str, required: bool = False) -> torch.Tensor | None: ...
+
+
 def _tensor_or_none(value, what: str, required: bool = False) -> torch.Tensor | None:
     if value is None and not required:
         return None
@@ -491,7 +500,8 @@ def specs_of(fwd_hooks: Iterable[tuple[str, Any]]) -> tuple[list[dict], dict[str
             raise InputError(f"remote hooks need a hook name (str), got {type(name).__name__} at fwd_hooks[{i}]")
         if not isinstance(fn, (Intervention, Chain)):
             raise InputError(
-                f"remote fwd_hooks[{i}] ({name!r}) is {type(fn).__name__}, not a hooked.analysis.interventions object: a "
+                f"remote fwd_hooks[{i}] ({name!r}) is {type(fn).__name__}, not a hooked.analysis.interventions "
+                "object: a "
                 "server runs only interventions (zero_ablate, add, patch_cache, ...), never Python functions"
             )
         spec, ts = fn.to_spec(f"h{i}")

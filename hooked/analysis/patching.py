@@ -222,7 +222,7 @@ def generic_activation_patch(
                 [rows[i] for i in chunk],
                 prefix,
             )
-            for i, value in zip(chunk, metrics):
+            for i, value in zip(chunk, metrics, strict=True):
                 values[i] = value
             bar.update(len(chunk))
     out = torch.tensor(values, device=model.cfg.device)
@@ -245,7 +245,11 @@ class _CorruptedPrefix:
         self.resid: dict[int, torch.Tensor] = {}  # layer -> [batch, pos, d_model]
         self.attention_mask = None
         layers = sorted({index[0] for index in first_rows if index[0] > 0})
-        layers = [l for l in layers if get_act_name(activation_name, layer=l).startswith(f"blocks.{l}.")]
+        layers = [
+            layer_i
+            for layer_i in layers
+            if get_act_name(activation_name, layer=layer_i).startswith(f"blocks.{layer_i}.")
+        ]
         if not layers or model.cfg.positional_embedding_type == "shortformer" or getattr(model, "is_pipeline", False):
             return
 
@@ -280,7 +284,7 @@ def _patched_metrics(
     replicated = tokens.repeat(copies, 1)  # [copies * batch, pos]
     start = prefix.start(min(index[0] for index in chunk)) if prefix is not None else 0
     with torch.no_grad():  # metrics are read as floats: no graph over the replicated batch
-        if start == 0:
+        if start == 0 or prefix is None:  # (a prefix is what makes start > 0)
             logits = model.run_with_hooks(replicated, fwd_hooks=hooks)  # [copies * batch, pos, d_vocab]
         else:
             mask = prefix.attention_mask

@@ -23,6 +23,7 @@ sum_l |AtP_l| / (n_layers - 1), which stops cancelling paths from hiding a node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from jaxtyping import Float, Int
@@ -131,7 +132,8 @@ def _scalar(value) -> torch.Tensor:
 
 
 def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
-    """Corrupted activations and the metric's gradient at each of `names` (with layer `drop_layer`'s writes' gradient zeroed)."""
+    """Corrupted activations and the metric's gradient at each of `names` (with layer `drop_layer`'s
+    writes' gradient zeroed)."""
     acts: dict[str, torch.Tensor] = {}
 
     def capture(act, hook):
@@ -146,7 +148,7 @@ def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
         value = _scalar(metric(model(corrupted, attention_mask=attention_mask)))
         tensors = [acts[n] for n in names]
         grads = torch.autograd.grad(value, tensors, allow_unused=True)
-    grads = {n: torch.zeros_like(t) if g is None else g for n, t, g in zip(names, tensors, grads)}
+    grads = {n: torch.zeros_like(t) if g is None else g for n, t, g in zip(names, tensors, grads, strict=True)}
     return {n: t.detach() for n, t in acts.items()}, grads
 
 
@@ -189,14 +191,15 @@ def _integrated_gradients(model, corrupted, clean_act, name, metric, attention_m
         k, leaf = len(chunk), []
         a = chunk.to(start.device, start.dtype).view(k, *([1] * start.ndim))
 
-        def interpolate(act, hook, a=a):
+        def interpolate(act, hook, a=a, leaf=leaf):
             leaf.append((start[None] + a * delta[None]).flatten(0, 1).requires_grad_(True))  # [k * batch, ...]
             return leaf[-1]
 
         mask = None if attention_mask is None else attention_mask.repeat(k, 1)
         with torch.enable_grad(), model.hooks(fwd_hooks=[(name, interpolate)]):
             logits = model(corrupted.repeat(k, 1), attention_mask=mask)
-            value = sum(_scalar(metric(part)) for part in logits.chunk(k))
+            # sum() of tensors is typed `Tensor | Literal[0]`; it is a tensor here (k >= 1)
+            value = cast(torch.Tensor, sum(_scalar(metric(part)) for part in logits.chunk(k)))
             (grad,) = torch.autograd.grad(value, leaf)
         grad_sum += grad.view(k, *start.shape).sum(0)
     return grad_sum / steps * delta

@@ -15,6 +15,7 @@ all its upstream senders; nothing loops over edges.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from jaxtyping import Float, Int
@@ -146,7 +147,7 @@ def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_
         a = chunk.to(start.device, start.dtype).view(k, 1, 1, 1)
         leaf: list = []
 
-        def interpolate(act, hook, a=a, k=k):
+        def interpolate(act, hook, a=a, leaf=leaf):
             x = (start[None] + a * delta[None]).flatten(0, 1)  # [k * batch, pos, d_model]
             leaf.append(_leaf(x))
             return leaf[-1]
@@ -156,7 +157,8 @@ def _ig_scores(model, graph, clean, diffs, metric, attention_mask, steps, steps_
         mask = None if attention_mask is None else attention_mask.repeat(k, 1)
         with torch.enable_grad(), split_inputs(model), model.hooks(fwd_hooks=hooks):
             logits = model(tokens, attention_mask=mask)
-            value = sum(_scalar(metric(part)) for part in logits.chunk(k))
+            # sum() of tensors is typed `Tensor | Literal[0]`; it is a tensor here (k >= 1)
+            value = cast(torch.Tensor, sum(_scalar(metric(part)) for part in logits.chunk(k)))
             torch.autograd.grad(value, leaf)
         bar.update(k)
     return scores.cpu() / steps

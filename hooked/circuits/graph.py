@@ -67,8 +67,9 @@ class Graph:
     receivers: list[str]
     n_upstream: list[int]  # receivers[r] reads senders[: n_upstream[r]]
     receiver_sender: list[int]  # the sender whose output node receivers[r] feeds (-1: logits)
-    scores: Float[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)
-    in_graph: Bool[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)
+    # None (the default) is replaced in __post_init__: zero scores, every edge in the graph
+    scores: Float[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)  # pyright: ignore[reportAssignmentType]
+    in_graph: Bool[torch.Tensor, "n_senders n_receivers"] = field(default=None, repr=False)  # pyright: ignore[reportAssignmentType]
     model_shape: dict | None = field(default=None, repr=False)  # `model_shape(cfg)` of the model it was made for
 
     def __post_init__(self) -> None:
@@ -127,7 +128,7 @@ class Graph:
     def edges(self, in_graph_only: bool = True) -> list[tuple[str, str, float]]:
         """`(sender, receiver, score)` triples sorted by |score|, largest first."""
         s_list, r_list, v_list, _ = self._edge_lists(in_graph_only)
-        return [(self.senders[s], self.receivers[r], v) for s, r, v in zip(s_list, r_list, v_list)]
+        return [(self.senders[s], self.receivers[r], v) for s, r, v in zip(s_list, r_list, v_list, strict=True)]
 
     def _edge_lists(self, in_graph_only: bool) -> tuple[list[int], list[int], list[float], list[bool]]:
         """Sender and receiver indices, scores and in-circuit flags of the edges, largest |score| first."""
@@ -217,7 +218,7 @@ class Graph:
         score and `in_graph` flag, so the reloaded graph equals this one exactly (what `save` does).
         """
         edges = []
-        for s, r, score, flag in zip(*self._edge_lists(in_graph_only)):
+        for s, r, score, flag in zip(*self._edge_lists(in_graph_only), strict=True):
             edge = {"from": self.senders[s], "to": self.receivers[r], "score": score}
             if not in_graph_only:
                 edge["in_graph"] = flag

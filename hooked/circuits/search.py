@@ -61,7 +61,8 @@ class CircuitSearch:
 
     @property
     def monotone(self) -> bool:
-        """No evaluated pair contradicts monotonicity (it does not prove the curve monotone where it was not evaluated)."""
+        """No evaluated pair contradicts monotonicity (it does not prove the curve monotone where it was
+        not evaluated)."""
         return not self.violations
 
     def __repr__(self) -> str:
@@ -124,7 +125,7 @@ class _Search:
         self.by_size: dict[int, Evaluation] = {}  # pruned size -> evaluation (nested circuits: size names the circuit)
         self.by_size[0] = Evaluation(0, 0, 0.0)  # the empty circuit is the corrupted run: 0 by definition
         self.evaluations: list[Evaluation] = []
-        self.bar = None
+        self.bar: tqdm | None = None  # set by `search_circuit` while the search runs
 
     def circuit(self, k: int) -> Graph:
         """The pruned top-`k` circuit, as a copy of the graph."""
@@ -151,8 +152,9 @@ class _Search:
             result = Evaluation(k, n, self.evaluate(self.circuit(k)))
             self.by_size[n] = result
             self.evaluations.append(result)
-            self.bar.update(1)
-            self.bar.set_postfix(edges=n, faithfulness=f"{result.faithfulness:.3f}")
+            if self.bar is not None:
+                self.bar.update(1)
+                self.bar.set_postfix(edges=n, faithfulness=f"{result.faithfulness:.3f}")
         return self.by_size[n]
 
     def passes(self, k: int) -> bool:

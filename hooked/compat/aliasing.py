@@ -129,7 +129,9 @@ class _MetadataFinder:
         return None
 
     @staticmethod
-    def find_distributions(context=importlib.metadata.DistributionFinder.Context()):
+    def find_distributions(context=None):
+        if context is None:  # importlib's own default: a query for every distribution
+            context = importlib.metadata.DistributionFinder.Context()
         name = (context.name or "").replace("_", "-").lower()
         if name != "transformer-lens" or _installed_transformer_lens():
             return iter(())

@@ -45,8 +45,8 @@ def convert_hubert_weights(hf_model, cfg) -> dict:
         raise ValueError("hf_model has no .encoder: pass a HubertModel (not a HubertForCTC's outer model)")
     tensors = _hf_tensors(hf_model)
     state = {}
-    for l in range(cfg.n_layers):
-        state.update(block_weights(tensors, l, cfg))
+    for layer in range(cfg.n_layers):
+        state.update(block_weights(tensors, layer, cfg))
     if "encoder.layer_norm.weight" in tensors:
         state["ln_final.w"], state["ln_final.b"] = (
             tensors["encoder.layer_norm.weight"],

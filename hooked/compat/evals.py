@@ -89,13 +89,28 @@ def evaluate(model, truncate: int = 100, batch_size: int = 8, tokenizer=None) ->
     tokenizer = tokenizer or model.tokenizer
     return {
         f"{name}_loss": evaluate_on_dataset(model, loader(tokenizer=tokenizer, batch_size=batch_size), truncate)
-        for name, loader in zip(DATASET_NAMES, DATASET_LOADERS)
+        for name, loader in zip(DATASET_NAMES, DATASET_LOADERS, strict=True)
     }
 
 
 # -- MMLU (zero-shot multiple choice, dataset `cais/mmlu`) ------------------------------
 
-MMLU_SUBJECTS = ["abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge", "college_biology", "college_chemistry", "college_computer_science", "college_mathematics", "college_medicine", "college_physics", "computer_security", "conceptual_physics", "econometrics", "electrical_engineering", "elementary_mathematics", "formal_logic", "global_facts", "high_school_biology", "high_school_chemistry", "high_school_computer_science", "high_school_european_history", "high_school_geography", "high_school_government_and_politics", "high_school_macroeconomics", "high_school_mathematics", "high_school_microeconomics", "high_school_physics", "high_school_psychology", "high_school_statistics", "high_school_us_history", "high_school_world_history", "human_aging", "human_sexuality", "international_law", "jurisprudence", "logical_fallacies", "machine_learning", "management", "marketing", "medical_genetics", "miscellaneous", "moral_disputes", "moral_scenarios", "nutrition", "philosophy", "prehistory", "professional_accounting", "professional_law", "professional_medicine", "professional_psychology", "public_relations", "security_studies", "sociology", "us_foreign_policy", "virology", "world_religions"]
+# fmt: off
+MMLU_SUBJECTS = [
+    "abstract_algebra", "anatomy", "astronomy", "business_ethics", "clinical_knowledge", "college_biology",
+    "college_chemistry", "college_computer_science", "college_mathematics", "college_medicine", "college_physics",
+    "computer_security", "conceptual_physics", "econometrics", "electrical_engineering", "elementary_mathematics",
+    "formal_logic", "global_facts", "high_school_biology", "high_school_chemistry", "high_school_computer_science",
+    "high_school_european_history", "high_school_geography", "high_school_government_and_politics",
+    "high_school_macroeconomics", "high_school_mathematics", "high_school_microeconomics", "high_school_physics",
+    "high_school_psychology", "high_school_statistics", "high_school_us_history", "high_school_world_history",
+    "human_aging", "human_sexuality", "international_law", "jurisprudence", "logical_fallacies", "machine_learning",
+    "management", "marketing", "medical_genetics", "miscellaneous", "moral_disputes", "moral_scenarios",
+    "nutrition", "philosophy", "prehistory", "professional_accounting", "professional_law", "professional_medicine",
+    "professional_psychology", "public_relations", "security_studies", "sociology", "us_foreign_policy", "virology",
+    "world_religions",
+]
+# fmt: on
 MMLU_ANSWER_LETTERS = ["A", "B", "C", "D"]
 
 
@@ -123,7 +138,9 @@ def make_mmlu_data_loader(subjects=None, split: str = "test", num_samples: int |
 
 
 def mmlu_prompt(example: dict) -> str:
-    options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(MMLU_ANSWER_LETTERS, example["choices"]))
+    options = "".join(
+        f"\n{letter}. {choice}" for letter, choice in zip(MMLU_ANSWER_LETTERS, example["choices"], strict=True)
+    )
     return f"{example['question']}{options}\nAnswer:"
 
 

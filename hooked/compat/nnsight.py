@@ -104,7 +104,7 @@ class HookedNNsight(NNsight):
             )
         tokens = data[None] if data.ndim == 1 else data  # [batch, pos]
         keep = torch.ones_like(tokens, dtype=torch.bool) if mask is None else mask.reshape(tokens.shape).bool()
-        return [row[m].tolist() for row, m in zip(tokens.cpu(), keep.cpu())]
+        return [row[m].tolist() for row, m in zip(tokens.cpu(), keep.cpu(), strict=True)]
 
     def _pad(self, rows: list[list[int]]) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
         tokenizer = self._module.tokenizer

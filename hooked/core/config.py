@@ -305,9 +305,10 @@ class HookedTransformerConfig:
             raise ConfigError(f"attention_dir must be 'causal' or 'bidirectional', got {self.attention_dir!r}")
         if self.attn_implementation not in ("auto", "eager"):
             raise ConfigError(f"attn_implementation must be 'auto' or 'eager', got {self.attn_implementation!r}")
-        if self.use_local_attn:
-            if self.window_size is None or self.attn_types is None or len(self.attn_types) != self.n_layers:
-                raise ConfigError("use_local_attn needs window_size and attn_types (one 'global'/'local' per layer)")
+        attn_types = self.attn_types
+        local_attn_ready = self.window_size is not None and attn_types is not None and len(attn_types) == self.n_layers
+        if self.use_local_attn and not local_attn_ready:
+            raise ConfigError("use_local_attn needs window_size and attn_types (one 'global'/'local' per layer)")
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ConfigError("num_experts and experts_per_token must be set together")
         if self.num_experts is not None and not self.gated_mlp:

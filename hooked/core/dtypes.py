@@ -25,5 +25,6 @@ def cast_parameter(
 
 
 def parameter_dtype(module: nn.Module, leaf: str, dtype: torch.dtype) -> torch.dtype:
-    """The dtype `module.<leaf>` is stored in when the model runs in `dtype` (float32 for Gemma's gains in half precision)."""
+    """The dtype `module.<leaf>` is stored in when the model runs in `dtype` (float32 for Gemma's gains
+    in half precision)."""
     return cast_parameter(module, leaf, torch.empty(0, dtype=dtype, device="meta"), dtype).dtype

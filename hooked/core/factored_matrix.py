@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import torch
 from jaxtyping import Complex, Float
@@ -23,7 +23,7 @@ from hooked.core.errors import InputError, LeadingDimsMismatchError, ShapeMismat
 
 logger = logging.getLogger(__name__)
 
-Scalar = Union[int, float, torch.Tensor]
+Scalar = int | float | torch.Tensor
 
 
 class FactoredMatrix:

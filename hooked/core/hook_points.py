@@ -17,7 +17,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import torch
 import torch.nn as nn
@@ -31,7 +31,7 @@ from hooked.core.validation import check_hook_fn, check_hook_pairs, check_names_
 logger = logging.getLogger(__name__)
 
 HookFunction = Callable[..., torch.Tensor | None]
-NameFilter = Union[str, Sequence[str], Callable[[str], bool], None]
+NameFilter = str | Sequence[str] | Callable[[str], bool] | None
 Direction = Literal["fwd", "bwd", "both"]
 
 
@@ -68,7 +68,8 @@ def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> No
         return
     fn_name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", None) or repr(fn)
     with contextlib.suppress(AttributeError):  # an exception class with __slots__ keeps no attributes
-        error.hook_point_name, error.hook_fn_name = name, fn_name
+        # tags any exception type with where it happened (read by the errors that report it)
+        error.hook_point_name, error.hook_fn_name = name, fn_name  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class _HookHandle(RemovableHandle):
@@ -590,7 +591,8 @@ class HookedRootModule(nn.Module):
         """
         if incl_bwd and not torch.is_grad_enabled():
             raise InputError(
-                "run_with_cache(incl_bwd=True) caches gradients, but autograd is off here (torch.set_grad_enabled(False), "
+                "run_with_cache(incl_bwd=True) caches gradients, but autograd is off here "
+                "(torch.set_grad_enabled(False), "
                 "torch.no_grad() or torch.inference_mode() is active). Run it inside `with torch.enable_grad():` "
                 "or call torch.set_grad_enabled(True) first."
             )

@@ -229,7 +229,9 @@ class Slice:
             self.slice, self.mode = input_slice.slice, input_slice.mode
         elif input_slice is None:
             self.slice, self.mode = slice(None), "empty"
-        elif isinstance(input_slice, (int, np.integer)) and not isinstance(input_slice, bool) or isinstance(input_slice, torch.Tensor) and input_slice.ndim == 0:
+        elif (isinstance(input_slice, (int, np.integer)) and not isinstance(input_slice, bool)) or (
+            isinstance(input_slice, torch.Tensor) and input_slice.ndim == 0
+        ):
             self.slice, self.mode = int(input_slice), "int"
         elif isinstance(input_slice, tuple):
             self.slice, self.mode = slice(*input_slice), "slice"
@@ -378,7 +380,7 @@ def test_prompt(
                     f"Prob: {probs[token].item():6.2%} Token: |{token_str}|[/b]"
                 )
                 top_probs, top_ids = probs.topk(min(top_k, probs.shape[-1]))
-                for i, (p, t) in enumerate(zip(top_probs.tolist(), top_ids.tolist())):
+                for i, (p, t) in enumerate(zip(top_probs.tolist(), top_ids.tolist(), strict=True)):
                     print(
                         f"Top {i}th token. Logit: {step_logits[t].item():5.2f} Prob: {p:6.2%} "
                         f"Token: |{model.to_single_str_token(t)}|"

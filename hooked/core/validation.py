@@ -11,12 +11,29 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from hooked.core.errors import AttentionMaskError, InputError, InputTypeError, KVCacheMismatchError, TokenError
+from hooked.core.errors import (
+    AttentionMaskError,
+    ConfigError,
+    InputError,
+    InputTypeError,
+    KVCacheMismatchError,
+    TokenError,
+)
+
+_T = TypeVar("_T")
+
+
+def require_set(value: _T | None, name: str) -> _T:
+    """`value`, the config field `name` that a component needs; `ConfigError` if it is None."""
+    if value is None:
+        raise ConfigError(f"this component needs cfg.{name}, which is None: set it in the config")
+    return value
+
 
 # -- dtypes --------------------------------------------------------------------------------------
 DTYPES = {
@@ -59,7 +76,8 @@ def check_text(input: str | list, name: str = "input") -> list[str]:
 
 
 def check_model_input(input: Any, d_model: int, name: str = "input") -> None:
-    """Raise unless `input` is text, integer tokens `[pos]`/`[batch, pos]` or float embeddings `[batch, pos, d_model]`."""
+    """Raise unless `input` is text, integer tokens `[pos]`/`[batch, pos]` or float embeddings
+    `[batch, pos, d_model]`."""
     if isinstance(input, (str, list)):
         return
     if not isinstance(input, torch.Tensor):
@@ -93,7 +111,9 @@ def check_token_range(tokens: torch.Tensor, d_vocab: int, name: str = "tokens") 
     """Every id in `[0, d_vocab)`; one `aminmax` over the ids (a device-side assertion under `torch.compile`)."""
     if torch.compiler.is_compiling():
         in_range = (tokens >= 0).all() & (tokens < d_vocab).all()
-        torch._assert_async(in_range, f"{name} contains a token id outside the vocabulary [0, {d_vocab}) of this model")
+        torch._assert_async(  # pyright: ignore[reportPrivateImportUsage] - not in torch.__all__
+            in_range, f"{name} contains a token id outside the vocabulary [0, {d_vocab}) of this model"
+        )
         return
     lo, hi = (int(v) for v in torch.aminmax(tokens))
     if lo < 0 or hi >= d_vocab:
@@ -107,7 +127,8 @@ def check_no_text_for_residual(input: Any, start_at_layer: int, d_model: int | N
     if not isinstance(input, torch.Tensor) or not input.is_floating_point() or input.ndim != 3 or bad_width:
         what = type(input).__name__ if not isinstance(input, torch.Tensor) else f"{input.dtype} {tuple(input.shape)}"
         raise InputError(
-            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model={d_model}] entering that block "
+            f"start_at_layer={start_at_layer} takes the residual stream [batch, pos, d_model={d_model}] "
+            "entering that block "
             f"as input, got {what}. Run model(tokens, stop_at_layer={start_at_layer}) to get it, and pass the "
             "token ids as tokens= if a loss is wanted."
         )
@@ -141,7 +162,9 @@ def mask_is_all_ones(mask: torch.Tensor) -> bool:
     if mask.numel() == 0:
         return True
     if torch.compiler.is_compiling():  # no value-dependent branch in a graph: a padded mask is right for all
-        torch._assert_async(((mask == 0) | (mask == 1)).all(), "attention_mask must hold only 0 and 1")
+        torch._assert_async(  # pyright: ignore[reportPrivateImportUsage] - not in torch.__all__
+            ((mask == 0) | (mask == 1)).all(), "attention_mask must hold only 0 and 1"
+        )
         return False
     lo, hi = (int(v) for v in torch.aminmax(mask))
     if lo < 0 or hi > 1:
@@ -197,7 +220,7 @@ def check_pos_slice(pos_slice: Any, name: str = "pos_slice") -> None:
     """None, an int, a (start, stop[, step]) tuple of ints, a slice, or int indices (list, array, tensor)."""
     if pos_slice is None or isinstance(pos_slice, slice):
         return
-    if isinstance(pos_slice, bool) or isinstance(pos_slice, (float, str, bytes)):
+    if isinstance(pos_slice, (bool, float, str, bytes)):
         raise InputTypeError(f"{name} must be None, an int, a tuple, a slice or a list of ints, got {pos_slice!r}")
     if isinstance(pos_slice, numbers.Integral):
         return

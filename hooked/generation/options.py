@@ -124,7 +124,7 @@ def check_eos_in_vocab(eos_token_id, d_vocab: int) -> None:
     if eos_token_id is None:
         return
     ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else list(eos_token_id)
-    bad = [i for i in ids if not 0 <= i < d_vocab]
+    bad = [i for i in ids if not 0 <= int(i) < d_vocab]
     if bad:
         raise InputError(f"eos_token_id {bad[0]} is outside the vocabulary [0, {d_vocab})")
 

@@ -1,4 +1,5 @@
-"""Sampling the next token (docs/generation.md, "Sampling order"): small pure functions on float32 last-position logits `[batch, vocab]`.
+"""Sampling the next token (docs/generation.md, "Sampling order"): small pure functions on float32
+last-position logits `[batch, vocab]`.
 
 In order: repetition penalty, greedy (argmax) or temperature, frequency penalty,
 top-k / top-p filtering, then a draw from the categorical distribution.

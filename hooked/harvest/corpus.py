@@ -53,19 +53,20 @@ class Corpus:
                     f"Corpus {str(self.path)!r} does not exist: pass a text/JSONL file, a directory "
                     f"of them, a .pt/.safetensors token tensor or a saved `datasets` dataset."
                 )
-            self.files = self._files()
+            self.files = self._files(self.path)
         else:
             self.path, self.files = None, []
 
-    def _files(self) -> list[Path]:
-        if self.path.is_file():
-            return [self.path]
-        if (self.path / "dataset_info.json").exists() or (self.path / "state.json").exists():
+    @staticmethod
+    def _files(path: Path) -> list[Path]:
+        if path.is_file():
+            return [path]
+        if (path / "dataset_info.json").exists() or (path / "state.json").exists():
             return []  # a `datasets.save_to_disk` directory
-        files = sorted(p for p in self.path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES + TENSOR_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES + TENSOR_SUFFIXES)
         if not files:
             raise InputError(
-                f"Corpus directory {str(self.path)!r} holds no {', '.join(TEXT_SUFFIXES + TENSOR_SUFFIXES)} files."
+                f"Corpus directory {str(path)!r} holds no {', '.join(TEXT_SUFFIXES + TENSOR_SUFFIXES)} files."
             )
         return files
 
@@ -80,7 +81,7 @@ class Corpus:
     def fingerprint(self) -> str:
         """sha256 of the file names and contents (or the dataset's own fingerprint)."""
         h = hashlib.sha256()
-        if not self.files:
+        if not self.files or self.path is None:  # (files come with a path)
             ds = self._dataset()
             h.update(str(getattr(ds, "_fingerprint", None) or repr(ds)).encode())
             return h.hexdigest()

@@ -62,7 +62,7 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
             self.feature_projection = FeatureProjection(cfg, self.audio_cfg)
             self.pos_conv_embed = PositionalConv(cfg, self.audio_cfg)
         self.encoder_ln = LayerNorm(cfg)
-        self.blocks = nn.ModuleList([HubertBlock(cfg, l, self.stable_layer_norm) for l in range(cfg.n_layers)])
+        self.blocks = nn.ModuleList([HubertBlock(cfg, layer, self.stable_layer_norm) for layer in range(cfg.n_layers)])
         self.hook_features = HookPoint()  # [batch, frames, channels]
         self.hook_frames = HookPoint()  # [batch, frames, d_model]
         self.hook_pos_embed = HookPoint()  # [batch, frames, d_model]
@@ -129,7 +129,7 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
         resid = frames + self.hook_pos_embed(self.pos_conv_embed(frames))  # [batch, frames, d_model]
         if not self.stable_layer_norm:
             resid = self.encoder_ln(resid)
-        state = ForwardState.for_input(*resid.shape[:2], resid.device, mask, causal=False)
+        state = ForwardState.for_input(resid.shape[0], resid.shape[1], resid.device, mask, causal=False)
         for block in self.blocks:
             resid = block(resid, state)
         return self.encoder_ln(resid) if self.stable_layer_norm else resid
@@ -166,7 +166,7 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
         return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
 
     def all_head_labels(self) -> list[str]:
-        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
+        return [f"L{layer}H{h}" for layer in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
 
     def to(self, *args, **kwargs):
         kwargs.pop("print_details", None)

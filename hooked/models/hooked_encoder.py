@@ -130,7 +130,8 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
     def to_tokens(
         self, input: str | list[str], move_to_device: bool = True, truncate: bool = True
     ) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
-        """`(tokens, token_type_ids, attention_mask)`, padded as the tokenizer pads (BERT: right), truncated to `n_ctx`."""
+        """`(tokens, token_type_ids, attention_mask)`, padded as the tokenizer pads (BERT: right),
+        truncated to `n_ctx`."""
         if self.tokenizer is None:
             raise InputError("Cannot use to_tokens without a tokenizer: pass tokenizer= to HookedEncoder")
         enc = self.tokenizer(
@@ -204,7 +205,8 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
     def _need_head(self, head: str, what: str) -> None:
         if head in self.missing_heads:
             raise InputError(
-                f"{what} need the {head!r} head, which this checkpoint ({self.cfg.original_architecture}) does not have; "
+                f"{what} need the {head!r} head, which this checkpoint ({self.cfg.original_architecture}) "
+                "does not have; "
                 "use encoder_output(), or load a checkpoint with that head (BertForPreTraining has all of them)."
             )
 

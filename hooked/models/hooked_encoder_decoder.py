@@ -50,9 +50,9 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
         if cfg.d_vocab_out == -1:
             cfg.d_vocab_out = cfg.d_vocab
         self.embed = Embed(cfg)
-        self.encoder = nn.ModuleList([T5Block(cfg, l, is_decoder=False) for l in range(cfg.n_layers)])
+        self.encoder = nn.ModuleList([T5Block(cfg, layer, is_decoder=False) for layer in range(cfg.n_layers)])
         self.encoder_final_ln = RMSNorm(cfg)
-        self.decoder = nn.ModuleList([T5Block(cfg, l, is_decoder=True) for l in range(cfg.n_layers)])
+        self.decoder = nn.ModuleList([T5Block(cfg, layer, is_decoder=True) for layer in range(cfg.n_layers)])
         self.decoder_final_ln = RMSNorm(cfg)
         self.unembed = Unembed(cfg)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
@@ -68,7 +68,9 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
     def all_head_labels(self) -> list[str]:
         """`EL{l}H{h}` for encoder heads, then `DL{l}H{h}` for decoder heads."""
         n, H = self.cfg.n_layers, self.cfg.n_heads
-        return [f"EL{l}H{h}" for l in range(n) for h in range(H)] + [f"DL{l}H{h}" for l in range(n) for h in range(H)]
+        return [f"EL{layer}H{h}" for layer in range(n) for h in range(H)] + [
+            f"DL{layer}H{h}" for layer in range(n) for h in range(H)
+        ]
 
     @property
     def W_pos(self):
@@ -160,14 +162,14 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
         n = decoder_tokens.shape[1]
         resid = self.embed(decoder_tokens)  # [batch, decoder_pos, d_model]
         bias = self.decoder[0].attn.compute_relative_attention_bias(n, past + n, device=self.device, past_length=past)
-        for l, block in enumerate(self.decoder):
+        for layer, block in enumerate(self.decoder):
             resid = block(
                 resid,
                 position_bias=bias,
                 encoder_hidden_states=encoder_resid,
                 encoder_additive_attention_mask=encoder_mask,
-                past_kv_cache_entry=caches[l] if caches else None,
-                cross_key_value=cross_key_values[l] if cross_key_values else None,
+                past_kv_cache_entry=caches[layer] if caches else None,
+                cross_key_value=cross_key_values[layer] if cross_key_values else None,
             )
         resid = self.decoder_final_ln(resid)
         if self.cfg.tie_word_embeddings:  # Mesh TensorFlow rescales before the tied unembedding

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import ClassVar, NamedTuple, Union
+from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn as nn
@@ -52,7 +52,7 @@ _LEGACY_BUFFERS = ("attn.mask", "attn.IGNORE", "attn.rotary_sin", "attn.rotary_c
 # TransformerLens's loss type aliases and dtype names
 SingleLoss = Float[torch.Tensor, ""]
 LossPerToken = Float[torch.Tensor, "batch pos-1"]
-Loss = Union[SingleLoss, LossPerToken]
+Loss = SingleLoss | LossPerToken
 DTYPE_FROM_STRING = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -322,9 +322,13 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         for key, bias in self.state_dict().items():  # TransformerLens's GatedMLP has no gate bias: it is zero
             if key.endswith("mlp.b_gate") and key not in state_dict and key[: -len("b_gate")] + "W_gate" in state_dict:
                 state_dict[key] = torch.zeros_like(bias)
-        if self.embeddings_tied() and "unembed.W_U" in state_dict and "embed.W_E" in state_dict:
-            if not torch.equal(state_dict["unembed.W_U"], state_dict["embed.W_E"].T):
-                self.untie_embeddings()
+        if (
+            self.embeddings_tied()
+            and "unembed.W_U" in state_dict
+            and "embed.W_E" in state_dict
+            and not torch.equal(state_dict["unembed.W_U"], state_dict["embed.W_E"].T)
+        ):
+            self.untie_embeddings()
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def embeddings_tied(self) -> bool:
@@ -684,7 +688,8 @@ def _check_no_empty_text(input: str | list[str], text_mask: torch.Tensor) -> Non
     if empty:
         texts = [input] if isinstance(input, str) else input
         raise TokenError(
-            f"input {texts[empty[0]]!r} tokenizes to no tokens: pass non-empty text, or prepend_bos=True to run BOS alone"
+            f"input {texts[empty[0]]!r} tokenizes to no tokens: pass non-empty text, "
+            "or prepend_bos=True to run BOS alone"
         )
 
 

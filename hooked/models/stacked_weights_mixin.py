@@ -6,11 +6,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.nn as nn
 from jaxtyping import Float
 
+from hooked.core.config import HookedTransformerConfig
 from hooked.core.factored_matrix import FactoredMatrix
+
+# the host classes are modules: the type checker sees nn.Module's methods, the runtime MRO is unchanged
+if TYPE_CHECKING:
+    _ModuleBase = nn.Module
+else:
+    _ModuleBase = object
 
 
 def _stacked(module: str, name: str):
@@ -21,8 +30,14 @@ def _stacked(module: str, name: str):
     return property(get)
 
 
-class StackedWeightsMixin:
+class StackedWeightsMixin(_ModuleBase):
     """Mixin: TransformerLens's stacked weight properties, `QK`/`OV`, and a plain weight init."""
+
+    # set by the host class; the embedding and unembedding differ per architecture
+    cfg: HookedTransformerConfig
+    blocks: nn.ModuleList
+    embed: Any
+    unembed: Any
 
     W_Q = _stacked("attn", "W_Q")
     W_K = _stacked("attn", "W_K")

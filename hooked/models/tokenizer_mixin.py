@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from jaxtyping import Int
 
+from hooked.components.forward_state import ForwardState
+from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError
 from hooked.core.utils import USE_DEFAULT_VALUE, token_index
 from hooked.core.validation import check_text, check_token_range
@@ -20,6 +22,10 @@ from hooked.models.tokenization import encode_rows, pad_rows, prepare_tokenizer,
 
 class TokenizerMixin:
     """Methods that need `self.tokenizer`, `self.cfg` and `self.default_padding_side`."""
+
+    # set by the host class (`HookedTransformer`); declared here for the type checker
+    cfg: HookedTransformerConfig
+    forward_state: ForwardState | None
 
     def set_tokenizer(self, tokenizer, default_padding_side: str = "right") -> None:
         """Attach a HF tokenizer: fills missing special tokens and sets `d_vocab` if unknown."""

@@ -8,8 +8,11 @@ weights in place of the old ones.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import ReplacedModuleError
 from hooked.processing import steps as wp
 
@@ -37,6 +40,14 @@ def check_components_not_replaced(model: torch.nn.Module) -> None:
 
 class WeightProcessingMixin:
     """Needs `self.cfg`, `self.state_dict()` and `self.load_and_process_state_dict(...)`."""
+
+    # set by the host class (`HookedTransformer`); declared here for the type checker
+    cfg: HookedTransformerConfig
+    if TYPE_CHECKING:
+
+        def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+        def load_and_process_state_dict(self, state_dict: dict[str, torch.Tensor], *args, **kwargs) -> None: ...
 
     def process_weights_(
         self,

@@ -6,9 +6,12 @@ Each property is recomputed on access. Grouped-query K/V weights are repeated up
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from jaxtyping import Float
 
+from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import ReplacedModuleError
 from hooked.core.factored_matrix import FactoredMatrix
 from hooked.core.validation import check_token_range
@@ -17,6 +20,16 @@ from hooked.placement.dispatch import read_weight
 
 class WeightViewsMixin:
     """Needs `self.cfg`, `self.embed`, `self.unembed`, `self.blocks` (and `self.pos_embed`)."""
+
+    # set by the host class (`HookedTransformer`, `HookedEncoder`); declared here for the type checker
+    cfg: HookedTransformerConfig
+    blocks: torch.nn.ModuleList
+    if TYPE_CHECKING:
+
+        @property
+        def input_device(self) -> torch.device: ...
+
+        def to_single_token(self, string: str) -> int: ...
 
     def block_weight(self, layer: int, name: str) -> torch.Tensor:
         """`blocks[layer].<name>` (e.g. `"attn.W_O"`), paged in if offloaded (a pipeline fetches it from its rank)."""
@@ -105,7 +118,7 @@ class WeightViewsMixin:
         return torch.where(earlier, scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
 
     def all_head_labels(self) -> list[str]:
-        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
+        return [f"L{layer}H{h}" for layer in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
 
     def accumulated_bias(
         self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True

@@ -82,7 +82,7 @@ def _balanced(units: dict[str, int], devices: list[str]) -> dict[str, str]:
     else:
         counts = _min_max_partition(weights, len(devices))
     placement, start = {}, 0
-    for device, count in zip(devices, counts):
+    for device, count in zip(devices, counts, strict=True):
         placement.update({name: device for name in blocks[start : start + count]})
         start += count
     first, last = devices[0], devices[-1]

@@ -131,7 +131,7 @@ def embeddings_tied(sd: StateDict) -> bool:
 
 
 def _layers(cfg: HookedTransformerConfig) -> Iterable[str]:
-    return (f"blocks.{l}." for l in range(cfg.n_layers))
+    return (f"blocks.{layer}." for layer in range(cfg.n_layers))
 
 
 def _kv(cfg: HookedTransformerConfig) -> str:
@@ -383,7 +383,7 @@ def refactor_factored_attn_matrices(sd: StateDict, cfg: HookedTransformerConfig,
         a = p + "attn."
         device = sd[a + "W_Q"].device
         W_Q, b_Q, W_K, b_K = _refactor_qk(*(_f64(sd, a + name) for name in ("W_Q", "b_Q", "W_K", "b_K")))
-        for name, value in zip(("W_Q", "b_Q", "W_K", "b_K"), (W_Q, b_Q, W_K, b_K)):
+        for name, value in zip(("W_Q", "b_Q", "W_K", "b_K"), (W_Q, b_Q, W_K, b_K), strict=True):
             _put(sd, a + name, value.to(device), cfg)
         _fold_value_bias_layer(sd, cfg, a, recenter)
         U, S, V = FactoredMatrix(_f64(sd, a + "W_V"), _f64(sd, a + "W_O")).svd()  # [h,d,dh], [h,dh], [h,d,dh]

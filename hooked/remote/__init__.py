@@ -4,7 +4,8 @@
 
     from hooked.analysis import interventions as iv
     model = remote.connect("https://course.example.org", token="...")
-    logits = model.run_with_hooks("The Eiffel Tower is in", fwd_hooks=[("blocks.3.attn.hook_z", iv.zero_ablate(heads=[5]))])
+    hooks = [("blocks.3.attn.hook_z", iv.zero_ablate(heads=[5]))]
+    logits = model.run_with_hooks("The Eiffel Tower is in", fwd_hooks=hooks)
 
 `connect` returns a `RemoteModel`: the config, hook names and tokenizer arrive once, so
 tokenization runs locally; forwards, caches, generation, patching sweeps and attribution

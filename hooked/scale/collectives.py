@@ -199,7 +199,10 @@ def mismatch(seen: list[tuple[int, str]], rank: int) -> PipelineError:
     for r, tag in enumerate(seen):
         groups.setdefault(tag, []).append(r)
     sides = [f"{_ranks(ranks)} {what} (pipelined call #{call})" for (call, what), ranks in groups.items()]
-    advice = "every rank must make the same pipelined calls (forward, cache reads, weight views, generate, backward) in the same order"
+    advice = (
+        "every rank must make the same pipelined calls (forward, cache reads, weight views, generate, backward) "
+        "in the same order"
+    )
     if any("reading cache" in what for _, what in seen):
         advice = "cache reads are collectives: call them on every rank in the same order"
     message = f"{' while '.join(sides)}; {advice}"

@@ -45,7 +45,8 @@ class DistributedCacheDict(Mapping):
         return self.fetched[name]
 
     def __setitem__(self, name: str, value: torch.Tensor) -> None:
-        """A value every rank computed alike (SPMD; e.g. `compute_head_results`): kept here, read without a collective."""
+        """A value every rank computed alike (SPMD; e.g. `compute_head_results`): kept here, read without
+        a collective."""
         self.fetched[name] = value
         self.owner.setdefault(name, self.rank)
 

@@ -106,6 +106,7 @@ def _load_pipeline(model_name: str, rank: int, world_size: int, device, micro_ba
     if error is not None and len(set(errors)) == 1:
         raise error  # the same refusal on every rank (e.g. more ranks than blocks): raise it as is
     agree(error, f"loading {model_name!r}")
+    assert model is not None  # agree() raised if this rank failed to load
     model.micro_batches = micro_batches
     fingerprints = [None] * world_size
     dist.all_gather_object(fingerprints, model.fingerprint)
@@ -177,8 +178,9 @@ class PipelineTransformer(HookedTransformer):
         `micro_batches` cuts the batch into that many slices. Left out, the model's default
         (`from_pretrained(..., micro_batches=M)`) is used, capped at the batch size: a batch
         of 2 on a model loaded with `micro_batches=4` runs as 2 slices of one row. Passed
-        explicitly, it must not exceed the batch. With a KV cache the batch is not cut. Rank 0's input is used. With `stop_at_layer`
-        the stages after that layer stay idle and its owner broadcasts the residual; with
+        explicitly, it must not exceed the batch. With a KV cache the batch is not cut. Rank 0's
+        input is used. With `stop_at_layer` the stages after that layer stay idle and its owner
+        broadcasts the residual; with
         `start_at_layer` rank 0 sends the residual to the owner of that block and the stages
         before it stay idle (gradients then stay on each rank: nothing is sent back).
         """
@@ -461,7 +463,7 @@ def _micro_slices(batch: int, n_micro: int) -> list[slice]:
             f"{n_micro} or fewer micro_batches"
         )
     bounds = torch.arange(n_micro + 1) * batch // n_micro
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _slice_state(state: ForwardState, sl: slice) -> ForwardState:

@@ -140,9 +140,9 @@ def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, f
             module._buffers[leaf] = tensor
         else:
             module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
-    for name, module in _stage_modules(model, stage, owned=False):
+    for _name, module in _stage_modules(model, stage, owned=False):
         module.to("meta")
-    for name, module in _stage_modules(model, stage, owned=True):
+    for _name, module in _stage_modules(model, stage, owned=True):
         module.to(device)  # buffers (rotary tables) of the owned modules
 
 

@@ -140,8 +140,8 @@ class Scheduler:
         tokens, sent = sum(u[1] for u in window), sum(u[2] for u in window)
         if tokens + job.tokens > self.options.tokens_per_minute:
             raise WireError(
-                f"quota: {tokens} tokens in the last minute + {job.tokens} would exceed {self.options.tokens_per_minute}"
-                " tokens/minute: wait and retry",
+                f"quota: {tokens} tokens in the last minute + {job.tokens} would exceed "
+                f"{self.options.tokens_per_minute} tokens/minute: wait and retry",
                 429,
             )
         if sent >= self.options.bytes_per_minute:
@@ -189,7 +189,8 @@ class Scheduler:
                     group = self._next()
                     if group is None and self.on_idle is not None and time.monotonic() - idle_since > self.idle_every_s:
                         break
-                if group is None and not self._stop:
+                # (the wait above ends without a group only on stop, or for on_idle)
+                if group is None and not self._stop and self.on_idle is not None:
                     idle_since = time.monotonic()
                     try:
                         self.on_idle()  # e.g. a pipeline's heartbeat to its other ranks
@@ -219,6 +220,7 @@ class Scheduler:
             return
         started = time.monotonic()
         if len(live) > 1:
+            assert self.run_batch is not None  # jobs are grouped only when there is a run_batch
             self.counts["*"]["batched_jobs"] += len(live)
             try:
                 results = self.run_batch(live)
@@ -226,7 +228,7 @@ class Scheduler:
                 for job in live:
                     self._fail(job, e)
                 return
-            for job, result in zip(live, results):
+            for job, result in zip(live, results, strict=True):
                 job.finish(result)
                 self.counts[job.user]["done"] += 1
         else:

@@ -136,9 +136,10 @@ def _check_entry(name: str, entry, limits: Limits) -> tuple[int, int]:
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if dtype not in DTYPES:
         raise WireError(f"tensor {name!r:.60} has dtype {dtype!r:.20}; accepted: {sorted(DTYPES)}", 422)
-    ints = lambda xs: (
-        isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
-    )  # noqa: E731
+
+    def ints(xs) -> bool:
+        return isinstance(xs, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in xs)
+
     if not ints(shape) or len(shape) > limits.max_ndim:
         raise WireError(f"tensor {name!r:.60} shape must be at most {limits.max_ndim} non-negative ints", 422)
     if not ints(offsets) or len(offsets) != 2 or offsets[0] > offsets[1]:

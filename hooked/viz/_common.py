@@ -25,7 +25,8 @@ def seq_len(cache) -> int:
 
 
 def str_tokens_for(model_or_tokens, cache, tokens=None) -> list[str]:
-    """Labels for the positions: given strings, or the model's decoding of `tokens` (default: the cache's), or `pos i`."""
+    """Labels for the positions: given strings, or the model's decoding of `tokens` (default: the cache's),
+    or `pos i`."""
     if tokens is None:
         tokens = getattr(cache, "tokens", None)
     if isinstance(model_or_tokens, (list, tuple)) and all(isinstance(t, str) for t in model_or_tokens):

@@ -58,12 +58,15 @@ _CSS = """
 _JS = r"""
 (function(){
 const root=document.getElementById(ROOT_ID), data=JSON.parse(document.getElementById(DATA_ID).textContent);
-function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!==undefined)e.textContent=text;return e;}
+function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;
+  if(text!==undefined)e.textContent=text;return e;}
 function show(s){return s.replace(/\n/g,'\\n');}
 function blue(v){const a=Math.max(0,Math.min(1,v));return 'rgba(30,90,200,'+a.toFixed(3)+')';}
-function diverging(v,m){const a=m>0?Math.min(1,Math.abs(v)/m):0;return v>=0?'rgba(30,90,200,'+a.toFixed(3)+')':'rgba(210,50,40,'+a.toFixed(3)+')';}
+function diverging(v,m){const a=m>0?Math.min(1,Math.abs(v)/m):0;
+  return v>=0?'rgba(30,90,200,'+a.toFixed(3)+')':'rgba(210,50,40,'+a.toFixed(3)+')';}
 function pct(x){if(x===null||x===undefined)return 'n/a';const p=x*100;return (p>=9.5?p.toFixed(0):p.toFixed(1))+'%';}
-function fmt(v){if(v===null||v===undefined)return 'n/a';return Math.abs(v)>=1e-3||v===0?v.toFixed(4):v.toExponential(2);}
+function fmt(v){if(v===null||v===undefined)return 'n/a';
+  return Math.abs(v)>=1e-3||v===0?v.toFixed(4):v.toExponential(2);}
 function notes(sec,v){(v.notes||[]).forEach(n=>sec.appendChild(el('div','note',n)));}
 function tokenStrip(toks,colors,onHover,title){
   const strip=el('div','strip');
@@ -75,7 +78,8 @@ function highlight(nodes,pred){nodes.forEach(n=>n.classList.toggle('hl',pred(n))
 const R={};
 R.attention=function(v,sec){
   // one canvas per head (a DOM cell per weight would freeze the page on long prompts)
-  const info=el('div','info','hover a token: its row (what it attends to) and column (who attends to it) in every head');
+  const info=el('div','info',
+    'hover a token: its row (what it attends to) and column (who attends to it) in every head');
   const P=v.tokens.length, C=Math.max(4,Math.min(14,Math.floor(448/P))), F=Math.max(6,Math.min(11,C-3)), heads=[];
   function labels(cls,axis){const box=el('div',axis);v.tokens.forEach(t=>{const s=el('span',cls,show(t));
     s.style.fontSize=F+'px';s.style.lineHeight=C+'px';if(cls==='k')s.style.width=C+'px';else s.style.height=C+'px';
@@ -100,7 +104,8 @@ R.attention=function(v,sec){
     const hd={cv:cv,base:base};heads.push(hd);draw(hd,null);
     cv.addEventListener('mousemove',e=>{const r=cv.getBoundingClientRect();
       const q=Math.min(P-1,Math.floor((e.clientY-r.top)/C)),k=Math.min(P-1,Math.floor((e.clientX-r.left)/C));
-      info.textContent=h+': '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+' '+fmt(v.patterns[hi][q][k]);});
+      info.textContent=h+': '+JSON.stringify(v.tokens[q])+' → '+JSON.stringify(v.tokens[k])+' '+
+        fmt(v.patterns[hi][q][k]);});
     // rows: the query (attending) token; columns: the key (attended-to) token
     const g=el('div','pgrid');g.style.gridTemplateColumns='auto '+(P*C)+'px';
     g.appendChild(el('div',''));g.appendChild(labels('k','keys'));g.appendChild(labels('q','queries'));g.appendChild(cv);
@@ -117,20 +122,23 @@ R.logit_lens=function(v,sec){
   // built as one HTML string: thousands of cells through the DOM API take seconds
   const esc=t=>t.replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');
   // two header rows: each column's input token, then its target (the token whose probability the column shows)
-  const rows=['<tr><th class="rh">input</th>'+v.tokens.map(t=>'<th class="col input">'+esc(show(t))+'</th>').join('')+'</tr>',
+  const rows=['<tr><th class="rh">input</th>'+
+    v.tokens.map(t=>'<th class="col input">'+esc(show(t))+'</th>').join('')+'</tr>',
     '<tr><th class="rh">target</th>'+v.targets.map(t=>'<th class="col target">'+esc(show(t))+'</th>').join('')+'</tr>'];
   v.layers.forEach((lab,l)=>{const r=['<tr><th class="r" title="'+esc(v.layer_help[l])+'">'+esc(lab)+'</th>'];
     for(let p=0;p<P;p++){const x=v.values[l][p];
       const bg=rank?blue(1-Math.log10(1+x)/Math.log10(1+v.d_vocab)):blue(x);
-      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+(rank?String(x):pct(x))+'</td>');}
+      r.push('<td class="c wide" data-l="'+l+'" data-p="'+p+'" style="background:'+bg+'">'+
+        (rank?String(x):pct(x))+'</td>');}
     rows.push(r.join('')+'</tr>');});
   const tb=el('table','grid');tb.innerHTML=rows.join('');
   tb.querySelectorAll('td.c').forEach(td=>{cells.push(td);cols[+td.dataset.p].push(td);});
   // one listener for the table (thousands of cells): the message is built for the hovered cell only
   tb.addEventListener('mouseover',e=>{const td=e.target.closest('td.c');if(!td)return;
     const l=+td.dataset.l,p=+td.dataset.p,x=v.values[l][p];
-    info.textContent=v.layers[l]+' @ '+JSON.stringify(v.tokens[p])+': '+v.target_label(p)+' '+(rank?'rank '+x:'p='+fmt(x))+
-      ' | top '+JSON.stringify(v.top_tokens[l][p])+' p='+fmt(v.top_probs[l][p]);light([td]);});
+    info.textContent=v.layers[l]+' @ '+JSON.stringify(v.tokens[p])+': '+v.target_label(p)+' '+
+      (rank?'rank '+x:'p='+fmt(x))+' | top '+JSON.stringify(v.top_tokens[l][p])+' p='+fmt(v.top_probs[l][p]);
+    light([td]);});
   sec.appendChild(tb);sec.appendChild(info);
 };
 R.bars=function(v,sec){
@@ -150,7 +158,8 @@ function legend(m,signed,note){
   // the colour key: full colour at +m (and -m), transparent at 0
   const g=el('div','legend');g.dataset.vmax=m;
   g.appendChild(el('span','',signed?fmt(-m):fmt(0)));g.appendChild(el('span','legend-bar'+(signed?'':' pos')));
-  g.appendChild(el('span','',fmt(m)));g.appendChild(el('span','','full colour at '+(signed?'±':'')+fmt(m)+(note?' ('+note+')':'')));
+  g.appendChild(el('span','',fmt(m)));
+  g.appendChild(el('span','','full colour at '+(signed?'±':'')+fmt(m)+(note?' ('+note+')':'')));
   return g;
 }
 R.text=function(v,sec){

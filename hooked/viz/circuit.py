@@ -64,7 +64,9 @@ def _finite(x: float) -> float | None:
 
 def _receiver_nodes(graph: Graph) -> dict[str, str]:
     """Each receiver's node: the sender its input feeds (a head, a post-norm layer's attention, an MLP) or "logits"."""
-    return {r: "logits" if s < 0 else graph.senders[s] for r, s in zip(graph.receivers, graph.receiver_sender)}
+    return {
+        r: "logits" if s < 0 else graph.senders[s] for r, s in zip(graph.receivers, graph.receiver_sender, strict=True)
+    }
 
 
 def _port(receiver: str) -> str:
@@ -105,6 +107,8 @@ class _Layout:
         if name == "logits":
             return 2 * self.n_layers + 1, centre
         m = _NODE.match(name)
+        if m is None:
+            raise ValueError(f"{name!r} is not a node of a circuit graph")
         if m.group(3) is not None:
             return 2 + 2 * int(m.group(3)), self.n_heads
         return 1 + 2 * int(m.group(1)), centre if m.group(2) is None else int(m.group(2))
@@ -147,7 +151,8 @@ _CIRCUIT_JS = r"""function(v,sec){
   function s(tag,attrs,parent){const e=document.createElementNS(NS,tag);
     for(const k in attrs)e.setAttribute(k,attrs[k]);if(parent)parent.appendChild(e);return e;}
   sec.appendChild(el('div','',
-    v.n_edges+' edges in the circuit (of '+v.n_total_edges+'); blue raises the metric, red lowers it, width ~ |score|'));
+    v.n_edges+' edges in the circuit (of '+v.n_total_edges+
+    '); blue raises the metric, red lowers it, width ~ |score|'));
   const info=el('div','info','hover an edge or a node for its score');
   const used=[...new Set(v.nodes.map(n=>n.row))].sort((a,b)=>a-b), rowY={};
   const RH=64, NW=58, NH=22, LEFT=130, TOP=24;
@@ -161,7 +166,8 @@ _CIRCUIT_JS = r"""function(v,sec){
   used.forEach(r=>{const t=s('text',{class:'row-label',x:6,y:rowY[r]+4},svg);t.textContent=v.rows[r];});
   const m=Math.max(1e-12,...v.edges.map(e=>Math.abs(e.score||0))), PORT={q:-16,k:0,v:16,'':0};
   const edgeEls=[];  // drawn weakest first, so the strongest edges lie on top
-  v.edges.map((e,i)=>[e,i]).reverse().forEach(([e,i])=>{const a=pos[e.from],b=pos[e.node],sc=e.score||0,w=Math.abs(sc)/m;
+  v.edges.map((e,i)=>[e,i]).reverse().forEach(([e,i])=>{
+    const a=pos[e.from],b=pos[e.node],sc=e.score||0,w=Math.abs(sc)/m;
     const x1=a.x,y1=a.y+NH/2,x2=b.x+PORT[e.port],y2=b.y-NH/2,ym=(y1+y2)/2;
     const skip=b.i-a.i-1, bend=skip>0?Math.min(step*1.5,10+8*skip)*(x1>centre?-1:1):0;
     const d='M'+x1+' '+y1+' C'+(x1+bend)+' '+ym+','+(x2+bend)+' '+ym+','+x2+' '+y2;
@@ -180,7 +186,8 @@ _CIRCUIT_JS = r"""function(v,sec){
     const t=s('text',{x:NW/2,y:NH/2+4,'text-anchor':'middle'},g);t.textContent=n.name;
     s('title',{},g).textContent=n.name+': in '+n.score_in+', out '+n.score_out;
     g.addEventListener('mouseenter',()=>{
-      info.textContent=n.name+': in '+fmt(n.score_in)+' ('+n.n_in+' edges), out '+fmt(n.score_out)+' ('+n.n_out+' edges)';
+      info.textContent=n.name+': in '+fmt(n.score_in)+' ('+n.n_in+' edges), out '+fmt(n.score_out)+
+        ' ('+n.n_out+' edges)';
       highlight(nodeEls,x=>x===g);
       edgeEls.forEach(x=>{const on=x.dataset.from===n.name||v.edges[+x.dataset.index].node===n.name;
         x.classList.toggle('hl',on);x.classList.toggle('dim',!on);});});

@@ -151,8 +151,9 @@ def _activations(reader, hook: str, fn: FeatureFn, batch_size: int) -> tuple[tor
 
 
 def _top_rows(acts: torch.Tensor, contexts: torch.Tensor, k: int, context_length: int) -> list[int]:
-    """The `k` rows of highest activation (ties: the earlier row), at most one per context (a context has <= context_length rows, so the
-    top k * context_length rows always hold k distinct contexts when there are that many)."""
+    """The `k` rows of highest activation (ties: the earlier row), at most one per context (a context
+    has <= context_length rows, so the top k * context_length rows always hold k distinct contexts
+    when there are that many)."""
     order = torch.sort(acts, descending=True, stable=True).indices[: k * context_length]  # ties: earlier row first
     rows, seen = [], set()
     for r in order.tolist():
@@ -246,7 +247,8 @@ R.feature=function(v,sec){
   sec.appendChild(el('div','fd-label','histogram of the '+h.of+' ('+h.zeros+' rows are 0)'));
   sec.appendChild(hist);
   if(h.edges.length)sec.appendChild(el('div','fd-axis',fmt(h.edges[0])+' … '+fmt(h.edges[h.edges.length-1])));
-  sec.appendChild(el('div','fd-label','top '+v.examples.length+' contexts (one example per context), max token outlined'));
+  sec.appendChild(el('div','fd-label',
+    'top '+v.examples.length+' contexts (one example per context), max token outlined'));
   sec.appendChild(legend(m,v.min<0,'the largest activation'));
   const info=el('div','info','hover a token for its activation');
   v.examples.forEach((ex,n)=>{

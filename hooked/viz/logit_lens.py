@@ -51,7 +51,7 @@ def _decoder(model, ids: torch.Tensor):
     unique = ids.unique().tolist()
     if getattr(model, "tokenizer", None) is None:
         return lambda i: f"#{int(i)}"
-    table = dict(zip(unique, model.to_str_tokens(torch.tensor(unique))))
+    table = dict(zip(unique, model.to_str_tokens(torch.tensor(unique)), strict=True))
     return lambda i: table[int(i)]
 
 
@@ -122,7 +122,7 @@ def logit_lens(
     if int(ids.min()) < 0 or int(ids.max()) >= n_out:
         raise InputError(f"target id {int(ids.max() if ids.max() >= n_out else ids.min())} is outside [0, {n_out})")
     rows = [_lens_row(_unembed(model, resid), ids, mode) for resid in stack]  # one layer at a time: [pos, d_vocab]
-    values, top_p, top_id = (torch.stack(r) for r in zip(*rows))  # [layer, pos] each
+    values, top_p, top_id = (torch.stack(r) for r in zip(*rows, strict=True))  # [layer, pos] each
     decode = _decoder(model, torch.cat([ids, top_id.reshape(-1)]))
     data = {
         "kind": "logit_lens",

@@ -77,7 +77,8 @@ def test_loss_matches_hf(pair):
 
 
 def test_processed_log_softmax_matches_unprocessed(pair):
-    """Default processing (fold_ln, centering, value-bias folding) keeps log-probs (docs/numerics.md#weight-processing)."""
+    """Default processing (fold_ln, centering, value-bias folding) keeps log-probs
+    (docs/numerics.md#weight-processing)."""
     from hooked import HookedTransformer
 
     hf, unprocessed = pair

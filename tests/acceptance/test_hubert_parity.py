@@ -74,8 +74,8 @@ def test_hidden_states_and_every_block_output_match_hf(pair):
     # a block's output: hook_resid_post (pre-LN, stable layout) or the post-LN hook_normalized_resid_post
     name = "hook_resid_post" if model.stable_layer_norm else "hook_normalized_resid_post"
     assert len(outputs) == model.cfg.n_layers == 2
-    for l, hf_out in enumerate(outputs):
-        assert max_abs(hf_out, cache[f"blocks.{l}.{name}"]) < ATOL, l
+    for layer_i, hf_out in enumerate(outputs):
+        assert max_abs(hf_out, cache[f"blocks.{layer_i}.{name}"]) < ATOL, layer_i
 
 
 def test_front_end_matches_hf(pair):

@@ -138,7 +138,8 @@ def test_loss_matches_hf(pair):
 
 
 def test_processed_log_softmax_matches_hf(pair):
-    """Default `from_pretrained` processing (fold_ln, centering, value-bias folding) keeps log-probs (docs/numerics.md#tolerances)."""
+    """Default `from_pretrained` processing (fold_ln, centering, value-bias folding) keeps log-probs
+    (docs/numerics.md#tolerances)."""
     from hooked import HookedTransformer
 
     hf, _ = pair

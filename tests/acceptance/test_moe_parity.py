@@ -183,7 +183,7 @@ def test_loads_per_expert_checkpoint_from_disk(pair, tmp_path):
     fused_on_disk = type(hf).__name__ == "GptOssForCausalLM"  # GPT-OSS checkpoints are fused on disk too
     with safe_open(tmp_path / "model.safetensors", "pt") as f:
         layout = ".experts.gate_up_proj" if fused_on_disk else ".experts.0."
-        assert any(layout in key for key in f.keys())
+        assert any(layout in key for key in f.keys())  # noqa: SIM118 - safe_open has keys() but no __iter__
     model = HookedTransformer.from_pretrained(str(tmp_path), **NO_PROCESSING)
     t = tokens()
     with torch.no_grad():

@@ -56,8 +56,9 @@ def test_every_family_is_bitwise():
 
 @pytest.mark.parametrize("family", BITWISE)
 def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
-    """Hook transparency below float32 (docs/numerics.md#tolerances): caching every activation, or a hook on every hook point
-    returning an equal copy, gives the plain forward's logits bit for bit (no path recomputes differently)."""
+    """Hook transparency below float32 (docs/numerics.md#tolerances): caching every activation, or a hook
+    on every hook point returning an equal copy, gives the plain forward's logits bit for bit (no path
+    recomputes differently)."""
     ours = hooked_from(EVERY_FAMILY[family](), dtype=torch.bfloat16)
     ours.cfg.attn_implementation = "eager"
     t = tokens(2, 12) % 90
@@ -87,7 +88,8 @@ def test_processing_runs_in_float32_before_the_cast(family, dtype):
     for name, tensor in half.state_dict().items():
         module_name, leaf = name.rsplit(".", 1)
         module = half.get_submodule(module_name)
-        # the model's cast: `.to(dtype)`, except the unfolded Gemma gains `1 + w` (post- and qk-norms: float32, w rounded)
+        # the model's cast: `.to(dtype)`, except the unfolded Gemma gains `1 + w`
+        # (post- and qk-norms: float32, w rounded)
         expected = cast_parameter(module, leaf, full_state[name], dtype)
         assert tensor.dtype == (torch.float32 if isinstance(module, RMSNormGainFirst) else dtype), name
         torch.testing.assert_close(tensor, expected, atol=0, rtol=0, msg=name)

@@ -79,9 +79,11 @@ def test_every_block_output_matches_hf(pair):
         logits, cache = model.run_with_cache(tokens, decoder_input=decoder, one_zero_attention_mask=mask)
         encoder_out, _ = model.encode(tokens, mask)
     n = model.cfg.n_layers
-    names = [f"encoder.{l}.hook_resid_post" for l in range(n)] + [f"decoder.{l}.hook_resid_post" for l in range(n)]
+    names = [f"encoder.{layer}.hook_resid_post" for layer in range(n)] + [
+        f"decoder.{layer}.hook_resid_post" for layer in range(n)
+    ]
     assert len(outputs) == len(names) == 4
-    for name, hf_out in zip(names, outputs):
+    for name, hf_out in zip(names, outputs, strict=True):
         assert max_abs(hf_out, cache[name]) < ATOL, name
     assert max_abs(ref.encoder_last_hidden_state, encoder_out) < ATOL
     assert max_abs(ref.logits, logits) < ATOL  # the explicit (pattern-materialising) path too

@@ -23,7 +23,8 @@ from tests.tiny_models import EVERY_FAMILY, hooked_from, tiny_hf, tokens
 
 CUDA = torch.device("cuda:0")
 EXACT = dict(atol=0.0, rtol=0.0)
-#: where `make test-gpu` on the device machine collects the measured rows (the figures in docs/scaling-out.md and docs/benchmarks.md)
+#: where `make test-gpu` on the device machine collects the measured rows (the figures in docs/scaling-out.md
+#: and docs/benchmarks.md)
 REPORT = Path(os.environ.get("HOOKED_GPU_REPORT", "")) if os.environ.get("HOOKED_GPU_REPORT") else None
 
 
@@ -48,7 +49,8 @@ def test_float32_on_cuda_matches_hf_on_cuda(family):
 
 @pytest.mark.parametrize("family", list(EVERY_FAMILY))
 def test_half_precision_on_cuda_matches_hf_on_cuda(family):
-    """Unprocessed bf16/fp16 vs HF eager in the same dtype on the GPU: bitwise where the CPU is, else the half-precision bound of docs/numerics.md."""
+    """Unprocessed bf16/fp16 vs HF eager in the same dtype on the GPU: bitwise where the CPU is, else the
+    half-precision bound of docs/numerics.md."""
     rows = precision_rows(family, [torch.bfloat16, torch.float16], tokens(2, 12) % 90, device=CUDA)
     _report(f"precision_{family}", rows)
     for row in rows:

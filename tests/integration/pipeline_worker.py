@@ -1,8 +1,8 @@
 """One rank of the pipeline tests (tests/integration/test_pipeline.py starts a world of these).
 
 `python pipeline_worker.py OUT_DIR SCENARIO=MODEL_DIR[,MODEL_DIR...] ...` runs the scenarios in order;
-the rank and world come from torchrun's environment variables. Each scenario saves what it saw to `OUT_DIR/<model>_rank<r>.pt`; the
-test process compares that with the single-process model.
+the rank and world come from torchrun's environment variables. Each scenario saves what it saw to
+`OUT_DIR/<model>_rank<r>.pt`; the test process compares that with the single-process model.
 """
 
 from __future__ import annotations

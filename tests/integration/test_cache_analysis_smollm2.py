@@ -1,4 +1,5 @@
-"""Cache decompositions on the real SmolLM2-135M sum back to its residual stream and logits (docs/numerics.md#tolerances: 1e-4)."""
+"""Cache decompositions on the real SmolLM2-135M sum back to its residual stream and logits
+(docs/numerics.md#tolerances: 1e-4)."""
 
 import pytest
 import torch

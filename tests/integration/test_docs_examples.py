@@ -73,7 +73,7 @@ def test_block_runs(page: Path, index: int, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_every_block_is_run_or_marked(page: Path):
-    for line, info, code in blocks(page):
+    for line, info, _code in blocks(page):
         where = f"{page.relative_to(ROOT)}:{line}"
         assert info.startswith("python"), f"{where}: fence ```{info}: use ```python (run) or ```python fragment"
         words = info.split()[1:]

@@ -30,7 +30,8 @@ def test_a_conversion_is_one_line_and_a_load_another(tmp_path):
     assert "\r" not in first.stderr, first.stderr  # no progress bars
     target = tmp_path / "smollm2-135m"
     assert first.stderr.splitlines() == [
-        f"Converting SmolLM2-135M-Instruct.Q4_1.gguf into a float32 checkpoint at {target} (once per cache; tens of seconds)",
+        f"Converting SmolLM2-135M-Instruct.Q4_1.gguf into a float32 checkpoint at {target} "
+        "(once per cache; tens of seconds)",
         LOADED,
     ], first.stderr
     assert "Top next tokens:" in first.stdout and "' Paris'" in first.stdout

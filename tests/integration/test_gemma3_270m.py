@@ -71,7 +71,8 @@ def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(gemma3, batch, hf_reference
     diff = (ours - eager).abs().max().item()
     hf_loss = -eager[:, :-1].gather(-1, batch[:, 1:, None]).mean()  # HF's cross-entropy on the same log-probs
     print(
-        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}"
+        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF eager)| = {diff:.3e}; "
+        f"HF eager vs SDPA = {delta_hf:.3e}"
     )
     assert diff <= max(delta_hf, 5e-5)
     assert (ours.argmax(-1) == eager.argmax(-1)).all()
@@ -99,7 +100,8 @@ def test_processed_model_is_invariant(gemma3, gemma3_processed, batch, hf_refere
     unprocessed = hooked_log_probs(gemma3, batch)
     vs_unprocessed = (processed - unprocessed).abs().max().item()
     print(
-        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {(processed - eager).abs().max():.3e}; "
+        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; "
+        f"processed vs HF eager {(processed - eager).abs().max():.3e}; "
         f"HF eager vs SDPA {delta_hf:.3e}"
     )
     assert vs_unprocessed <= max(delta_hf, 1e-4)
@@ -196,15 +198,15 @@ def test_per_head_and_per_neuron_results_sum_to_sublayer_outputs_behind_post_nor
         heads = cache.stack_head_results(layer=-1, pos_slice=-1)  # [L * H, batch, d_model]
         neurons = cache.stack_neuron_results(layer=3, pos_slice=-1)  # [3 * d_mlp, batch, d_model]
     errors = {}
-    for l in range(L):
-        attn_out = cache["attn_out", l][:, -1]
-        errors[f"heads {l}"] = (
-            heads[l * H : (l + 1) * H].sum(0) - attn_out
+    for layer_i in range(L):
+        attn_out = cache["attn_out", layer_i][:, -1]
+        errors[f"heads {layer_i}"] = (
+            heads[layer_i * H : (layer_i + 1) * H].sum(0) - attn_out
         ).abs().max().item() / attn_out.abs().max().item()
-    for l in range(3):
-        mlp_out = cache["mlp_out", l][:, -1]
-        errors[f"neurons {l}"] = (
-            neurons[l * d_mlp : (l + 1) * d_mlp].sum(0) - mlp_out
+    for layer_i in range(3):
+        mlp_out = cache["mlp_out", layer_i][:, -1]
+        errors[f"neurons {layer_i}"] = (
+            neurons[layer_i * d_mlp : (layer_i + 1) * d_mlp].sum(0) - mlp_out
         ).abs().max().item() / mlp_out.abs().max().item()
     assert max(errors.values()) <= 1e-4, errors
 

@@ -58,5 +58,5 @@ def test_cached_logits_equal_uncached(models):
     cached = model.generate(tokens, **run)
     uncached = model.generate(tokens, use_past_kv_cache=False, **run)
     assert torch.equal(cached.sequences, uncached.sequences)
-    worst = max((a - b).abs().max().item() for a, b in zip(cached.logits, uncached.logits))
+    worst = max((a - b).abs().max().item() for a, b in zip(cached.logits, uncached.logits, strict=True))
     assert worst <= 1e-4, worst

@@ -28,7 +28,8 @@ def hidden(value):
 
 @pytest.fixture(scope="module")
 def pair():
-    """(nnsight LanguageModel over HF GPT-2, HookedNNsight over its conversion), one tokenizer (BOS, pad, left padding)."""
+    """(nnsight LanguageModel over HF GPT-2, HookedNNsight over its conversion), one tokenizer
+    (BOS, pad, left padding)."""
     tokenizer = make_tokenizer(prepends_bos=True)
     tokenizer.padding_side = "left"
     hf = tiny_gpt2()
@@ -153,7 +154,7 @@ def test_logit_lens(pair):
         for layer in nm.blocks:
             our_probs.append(nm.unembed(nm.ln_final(layer.output)).softmax(-1))
     assert len(our_probs) == len(hf_probs) == n_layers
-    for ours, theirs in zip(our_probs, hf_probs):
+    for ours, theirs in zip(our_probs, hf_probs, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
 
 
@@ -177,7 +178,7 @@ def test_generate_saves_every_step(pair):
     assert len(our_states) == len(hf_states) == 3
     assert our_ids.tolist() == hf_ids.tolist()
     assert [s.shape[1] for s in our_states] == [s.shape[1] for s in hf_states]  # prefill, then one token a step
-    for ours, theirs in zip(our_states, hf_states):
+    for ours, theirs in zip(our_states, hf_states, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
 
 

@@ -75,7 +75,7 @@ def test_run_with_cache_and_stacking_methods_equal_the_plain_model(pair):
     _, cache = plain.run_with_cache(t)
     _, off_cache = offloaded.run_with_cache(t, device="cpu")
     assert set(off_cache.keys()) == set(cache.keys())
-    for name in cache.keys():
+    for name in cache:
         torch.testing.assert_close(off_cache[name], cache[name], **EXACT, msg=name)
     torch.testing.assert_close(off_cache.accumulated_resid(), cache.accumulated_resid(), **EXACT)
     torch.testing.assert_close(off_cache.decompose_resid(), cache.decompose_resid(), **EXACT)
@@ -153,7 +153,7 @@ def test_each_checkpoint_tensor_is_read_once_by_its_own_part(tmp_path):
     reads, per_part = [], {}
     convert = get_architecture("LlamaForCausalLM").weights
     cfg = HookedTransformer.from_pretrained_no_processing(str(checkpoint)).cfg
-    for part, tensors in iter_processed_parts(convert, state, cfg, [], str, reads):
+    for part, _tensors in iter_processed_parts(convert, state, cfg, [], str, reads):
         per_part[part] = [k for k in reads if k not in sum(per_part.values(), [])]
     assert sorted(reads) == sorted(state) and len(reads) == len(set(reads))
     assert all(source_part(k) == part for part, keys in per_part.items() for k in keys)
@@ -215,7 +215,8 @@ def test_peak_memory_with_disk_offload_is_at_most_half_of_the_in_memory_load(tmp
 
 @pytest.mark.slow
 def test_docs_offload_demo_runs_and_offloads_smollm2():
-    """docs/scaling-out.md's offload example (```python offload_demo), on the bundled SmolLM2: its map and cache are as described."""
+    """docs/scaling-out.md's offload example (```python offload_demo), on the bundled SmolLM2: its map
+    and cache are as described."""
     import re
 
     page = (REPO / "docs" / "scaling-out.md").read_text()

@@ -65,9 +65,9 @@ def launch(world: int, out: Path, scenarios: dict[str, list[Path]], wait_s: floa
             os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port), PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
         )  # fmt: skip
-        log = open(out / f"rank{rank}.log", "w")
         cmd = [sys.executable, str(WORKER), str(out), *args]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
+        with open(out / f"rank{rank}.log", "w") as log:  # the worker writes to its own copy of the descriptor
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
     codes = []
     try:
         for p in procs:
@@ -129,7 +129,8 @@ def reference(directory: Path) -> dict:
 
 def _compare(got: dict, want: dict, name: str, rank: int) -> None:
     for key in ("logits", "logits_micro", "loss", "edited", "edited_ctx", "resid_post_last", "pattern0", "embed",
-                "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro", "grad_first", "grad_last", "grad_first_micro",
+                "accumulated", "decomposed", "logit_attrs", "patching", "resid_mid_micro", "grad_first", "grad_last",
+                "grad_first_micro",
                 "grad_last_micro", "generate_cache_resid", "generate_cache_pattern", "generate_cache_accumulated",
                 "W_Q", "W_O", "W_E", "W_U", "OV", "accumulated_bias", "head_results", "neuron_results",
                 "full_decomposition",
@@ -138,7 +139,7 @@ def _compare(got: dict, want: dict, name: str, rank: int) -> None:
         if key not in want:  # (head and neuron results: families without experts)
             continue
         torch.testing.assert_close(
-            got[key], want[key], atol=ATOL, rtol=0, msg=lambda m: f"{name} rank {rank} {key}: {m}"
+            got[key], want[key], atol=ATOL, rtol=0, msg=lambda m, key=key: f"{name} rank {rank} {key}: {m}"
         )
     for key in ("greedy", "sampled", "sampled_no_cache"):
         assert torch.equal(got[key], want[key]), f"{name} rank {rank}: {key} tokens differ"
@@ -169,7 +170,7 @@ def test_hooks_run_and_activations_stay_on_the_owning_rank(world2, world3):
         names = ranks[0]["all_names"]
         assert all(r["all_names"] == names for r in ranks)
         assert sorted(n for r in ranks for n in r["local_names"]) == names  # each activation on one rank only
-        for rank, r in enumerate(ranks):
+        for r in ranks:
             layers = {int(n.split(".")[1]) for n in r["local_names"] if n.startswith("blocks.")}
             assert layers == set(r["layers"])
 
@@ -236,7 +237,7 @@ def world2_mismatch(models, tmp_path_factory) -> Path:
 def test_ranks_in_different_operations_fail_at_once_naming_both(world2_mismatch):
     """Rank 0 reads the cache while rank 1 runs the next forward: both fail in seconds, not the timeout."""
     reports = [torch.load(world2_mismatch / f"mismatch_rank{r}.pt", weights_only=False) for r in range(2)]
-    for rank, report in enumerate(reports):
+    for report in reports:
         message = report["cache_vs_forward"]
         assert message.startswith("rank 0 is reading cache['blocks.3.hook_resid_post'] (pipelined call #"), message
         assert "while rank 1 is in forward() (pipelined call #" in message, message

@@ -1,4 +1,5 @@
-"""docs/scaling-out.md: its torchrun example (```python pipeline_demo.py) runs as written, with 2 gloo ranks on 127.0.0.1."""
+"""docs/scaling-out.md: its torchrun example (```python pipeline_demo.py) runs as written, with 2 gloo
+ranks on 127.0.0.1."""
 
 from __future__ import annotations
 

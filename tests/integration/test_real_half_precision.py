@@ -1,6 +1,7 @@
 """The bundled real models in half precision, unprocessed, against HF loading the same checkpoint in that dtype.
 
-Bit for bit (docs/numerics.md#half-precision) (the tiny models of every family: tests/acceptance/test_precision_parity.py).
+Bit for bit (docs/numerics.md#half-precision) (the tiny models of every family:
+tests/acceptance/test_precision_parity.py).
 Gemma-3-270M is checked in bfloat16 only: in float16 its activations overflow, in HF as in hooked.
 """
 

@@ -76,7 +76,7 @@ def test_course_script_runs_unchanged_local_and_remote(pair):
             logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith(("resid_post", "hook_z")))
         return patched, logits, cache["blocks.1.hook_resid_post"], cache["blocks.0.attn.hook_z"]
 
-    for got, expected in zip(script(client), script(local)):
+    for got, expected in zip(script(client), script(local), strict=True):
         assert torch.equal(got, expected)
 
 
@@ -85,7 +85,7 @@ def test_cache_analysis_reads_fetched_weights(pair):
     _, remote_cache = client.run_with_cache(PROMPTS)
     _, local_cache = local.run_with_cache(PROMPTS)
     assert set(remote_cache.keys()) == set(local_cache.keys())
-    for name in local_cache.keys():
+    for name in local_cache:
         assert torch.equal(remote_cache[name], local_cache[name]), name
     for fn in (
         lambda c: c.accumulated_resid(apply_ln=True),
@@ -115,7 +115,7 @@ def test_generate_greedy_with_hooks_at_steps_and_cache(pair):
     )
     assert torch.equal(out_r.sequences, out_l.sequences) and out_r.text == out_l.text
     assert torch.equal(out_r.cache["blocks.1.hook_resid_post"], out_l.cache["blocks.1.hook_resid_post"])
-    assert all(torch.equal(a, b) for a, b in zip(out_r.logits, out_l.logits))
+    assert all(torch.equal(a, b) for a, b in zip(out_r.logits, out_l.logits, strict=True))
 
 
 def test_generate_streams_each_step(pair):

@@ -58,8 +58,8 @@ def server(checkpoint):
 CLIENT = """
 import sys, httpx
 url, token, body = sys.argv[1], sys.argv[2], open(sys.argv[3], 'rb').read()
-with httpx.stream('POST', url + '/v1/stream', content=body, timeout=60,
-                  headers={'authorization': 'Bearer ' + token, 'content-type': 'application/vnd.hooked+safetensors'}) as r:
+headers = {'authorization': 'Bearer ' + token, 'content-type': 'application/vnd.hooked+safetensors'}
+with httpx.stream('POST', url + '/v1/stream', content=body, timeout=60, headers=headers) as r:
     for line in r.iter_lines():
         print(line, flush=True)
 """
@@ -136,7 +136,7 @@ def _free_port() -> int:
 def test_sigterm_drains_in_flight_requests(checkpoint, tmp_path):
     port = _free_port()
     env = dict(os.environ, HOOKED_SERVE_TOKENS=f"alice {TOKENS['alice']}", PYTHONPATH=str(ROOT))
-    log = open(tmp_path / "server.log", "w")
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in the `finally` below, after the server exits
     proc = subprocess.Popen(
         [sys.executable, "-m", "hooked.cli", "serve", "--model", str(checkpoint), "--port", str(port)],
         env=env,

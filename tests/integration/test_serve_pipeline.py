@@ -49,7 +49,7 @@ def served(tmp_path_factory):
             OMP_NUM_THREADS="1",
             HOOKED_SERVE_TOKENS="\n".join(f"{u} {t}" for u, t in TOKENS.items()),
         )
-        logs.append(open(root / f"rank{rank}.log", "w"))
+        logs.append(open(root / f"rank{rank}.log", "w"))  # noqa: SIM115 - closed once the servers exit
         cmd = [
             sys.executable,
             "-m",

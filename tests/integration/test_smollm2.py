@@ -35,27 +35,31 @@ def hooked_log_probs(model, tokens, implementation):
 
 @pytest.mark.parametrize("implementation", ["eager", "auto"])
 def test_log_softmax_within_hf_own_eager_vs_sdpa_gap(smollm2, smollm2_batch, hf_reference, implementation):
-    """Real-model parity (docs/numerics.md#tolerances): <= max(delta_HF, 5e-5) against HF with the same attention implementation."""
+    """Real-model parity (docs/numerics.md#tolerances): <= max(delta_HF, 5e-5) against HF with the same
+    attention implementation."""
     eager, sdpa, delta_hf = hf_reference
     ours = hooked_log_probs(smollm2, smollm2_batch, implementation)
     ref = eager if implementation == "eager" else sdpa
     diff = (ours - ref).abs().max().item()
     print(
-        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF)| = {diff:.3e}; HF eager vs SDPA = {delta_hf:.3e}"
+        f"\n[{implementation}] max |log_softmax(hooked) - log_softmax(HF)| = {diff:.3e}; "
+        f"HF eager vs SDPA = {delta_hf:.3e}"
     )
     assert diff <= max(delta_hf, 5e-5)
     assert (ours.argmax(-1) == ref.argmax(-1)).all()
 
 
 def test_processed_model_is_invariant(smollm2, smollm2_processed, smollm2_batch, hf_reference):
-    """Folding invariance on real models (docs/numerics.md#tolerances): log_softmax(processed) vs unprocessed within 1e-4."""
+    """Folding invariance on real models (docs/numerics.md#tolerances): log_softmax(processed) vs
+    unprocessed within 1e-4."""
     eager, _, delta_hf = hf_reference
     processed = hooked_log_probs(smollm2_processed, smollm2_batch, "eager")
     unprocessed = hooked_log_probs(smollm2, smollm2_batch, "eager")
     vs_unprocessed = (processed - unprocessed).abs().max().item()
     vs_hf = (processed - eager).abs().max().item()
     print(
-        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {vs_hf:.3e}; HF eager vs SDPA {delta_hf:.3e}"
+        f"\nprocessed vs unprocessed {vs_unprocessed:.3e}; processed vs HF eager {vs_hf:.3e}; "
+        f"HF eager vs SDPA {delta_hf:.3e}"
     )
     assert vs_unprocessed <= 1e-4
     assert (processed.argmax(-1) == eager.argmax(-1)).all()

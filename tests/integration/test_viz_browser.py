@@ -110,7 +110,7 @@ def test_attention_hover_follows_the_token(open_view, model, run):
     assert pixel(page, "canvas.pattern", *row_2) != RED
     page.hover("section[data-kind=attention] .tok >> nth=2")
     after = page.evaluate("() => Array.from(document.querySelectorAll('canvas.pattern')).map(c => c.toDataURL())")
-    assert all(a != b for a, b in zip(before, after))  # every head's picture changed
+    assert all(a != b for a, b in zip(before, after, strict=True))  # every head's picture changed
     assert pixel(page, "canvas.pattern", *row_2) == RED and pixel(page, "canvas.pattern", *row_5) != RED
     assert page.eval_on_selector_all("canvas.pattern", "cs => cs.map(c => c.dataset.highlight)") == ["2"] * 4
     page.hover("section[data-kind=attention] .tok >> nth=5")

@@ -90,10 +90,14 @@ def test_exception_inside_a_hook_leaves_nothing_behind(model, unchanged):
 
 
 def test_exception_inside_nested_contexts(model, unchanged):
-    with unchanged(model), pytest.raises(ValueError, match="inner failure"):
-        with model.hooks(fwd_hooks=[(RESID, identity)]):
-            with model.hooks(fwd_hooks=[("hook_embed", identity)]):
-                raise ValueError("inner failure")
+    # `with a, b:` enters b inside a: the two hooks contexts are nested
+    with (
+        unchanged(model),
+        pytest.raises(ValueError, match="inner failure"),
+        model.hooks(fwd_hooks=[(RESID, identity)]),
+        model.hooks(fwd_hooks=[("hook_embed", identity)]),
+    ):
+        raise ValueError("inner failure")
 
 
 def test_bad_hook_direction(model, unchanged):

@@ -243,7 +243,8 @@ def test_checkpoint_needing_remote_code_is_refused(ckpt, tmp_path):
     (ckpt / "config.json").write_text(json.dumps(config))
     (ckpt / "configuration_evil.py").write_text(
         f"open({str(marker)!r}, 'w').write('ran')\n"
-        "from transformers import PretrainedConfig\n\nclass EvilConfig(PretrainedConfig):\n    model_type = 'evil_gpt'\n"
+        "from transformers import PretrainedConfig\n\n"
+        "class EvilConfig(PretrainedConfig):\n    model_type = 'evil_gpt'\n"
     )
     with pytest.raises(UnsafeCheckpointError, match=r"needs custom Python code .* never runs checkpoint code"):
         HookedTransformer.from_pretrained(str(ckpt))
@@ -254,11 +255,18 @@ def test_checkpoint_needing_remote_code_is_refused(ckpt, tmp_path):
 @pytest.mark.parametrize(
     "changes, match",
     [
-        (dict(transformer__ln_f__weight=torch.ones(1)), r"ln_final.w has shape \[1\], but the config implies \[64\].*'transformer.ln_f.weight' \(shape \[1\]\) in .*model.safetensors"),
-        (dict(transformer__wte__weight=torch.zeros(995, 64)), r"embed.W_E has shape \[995, 64\], but the config implies \[1000, 64\].*transformer.wte.weight"),
-        (dict(transformer__h__0__attn__c_attn__weight=torch.zeros(64, 190)), r"converting the tensors last read, .*'transformer.h.0.attn.c_attn.weight' \(shape \[64, 190\]\) in .*model.safetensors.* failed"),
-        (dict(transformer__h__1__mlp__c_fc__weight=torch.zeros(64, 200)), r"blocks.1.mlp.W_in has shape \[64, 200\], but the config implies \[64, 256\].*c_fc.weight"),
-        (dict(transformer__wpe__weight=torch.zeros(64, 64)), r"pos_embed.W_pos has shape \[64, 64\], but the config implies \[128, 64\]"),
+        (dict(transformer__ln_f__weight=torch.ones(1)),
+         r"ln_final.w has shape \[1\], but the config implies \[64\].*'transformer.ln_f.weight' \(shape \[1\]\) "
+         r"in .*model.safetensors"),
+        (dict(transformer__wte__weight=torch.zeros(995, 64)),
+         r"embed.W_E has shape \[995, 64\], but the config implies \[1000, 64\].*transformer.wte.weight"),
+        (dict(transformer__h__0__attn__c_attn__weight=torch.zeros(64, 190)),
+         r"converting the tensors last read, .*'transformer.h.0.attn.c_attn.weight' \(shape \[64, 190\]\) "
+         r"in .*model.safetensors.* failed"),
+        (dict(transformer__h__1__mlp__c_fc__weight=torch.zeros(64, 200)),
+         r"blocks.1.mlp.W_in has shape \[64, 200\], but the config implies \[64, 256\].*c_fc.weight"),
+        (dict(transformer__wpe__weight=torch.zeros(64, 64)),
+         r"pos_embed.W_pos has shape \[64, 64\], but the config implies \[128, 64\]"),
         (dict(transformer__h__0__ln_1__bias=None), r"has no tensor 'h.0.ln_1.bias'"),
     ],
     ids=["norm-[1]", "short-embedding", "fused-c_attn", "mlp-c_fc", "short-W_pos", "missing-tensor"],

@@ -63,11 +63,13 @@ def test_random_hook_edit_sequences_leave_no_hooks_behind(gpt2, ops):
         for kind, arg, flag in ops:
             before = hook_ids(model)
             if kind == "context":
-                with pytest.raises(Boom) if flag else _nothing():
-                    with model.hooks(fwd_hooks=[(n, identity) for n in arg]):
-                        model(PROBE)
-                        if flag:
-                            raise Boom("inside the context")
+                with (
+                    pytest.raises(Boom) if flag else _nothing(),
+                    model.hooks(fwd_hooks=[(n, identity) for n in arg]),
+                ):
+                    model(PROBE)
+                    if flag:
+                        raise Boom("inside the context")
             elif kind == "run_with_hooks":
                 hooks = [(n, explode if flag and i == 0 else identity) for i, n in enumerate(arg)]
                 with pytest.raises(Boom) if flag and arg else _nothing():
@@ -158,6 +160,6 @@ def test_kv_cached_decoding_equals_the_full_forward(gpt2, llama, data, which):
     splits = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=4))))
     full = model(tokens)
     cache = HookedTransformerKeyValueCache.init_cache(model.cfg, batch_size=1)
-    chunks = [model(tokens[:, a:b], past_kv_cache=cache) for a, b in zip([0, *splits], [*splits, n])]
+    chunks = [model(tokens[:, a:b], past_kv_cache=cache) for a, b in zip([0, *splits], [*splits, n], strict=True)]
     torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=0)
     assert cache.n_cached == n

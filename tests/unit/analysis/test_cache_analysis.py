@@ -83,8 +83,8 @@ def test_decompose_resid_sums_to_residual(setup):
             close(stack.sum(0), resid_entering(cache, model, layer, mlp_input))
     _, labels = cache.decompose_resid(return_labels=True)
     expected = ["embed"] + (["pos_embed"] if model.cfg.positional_embedding_type == "standard" else [])
-    for l in range(L):
-        expected += [f"{l}_attn_out"] + ([] if model.cfg.attn_only else [f"{l}_mlp_out"])
+    for layer_i in range(L):
+        expected += [f"{layer_i}_attn_out"] + ([] if model.cfg.attn_only else [f"{layer_i}_mlp_out"])
     assert labels == expected
 
 
@@ -100,9 +100,9 @@ def test_accumulated_resid_labels_and_ln(setup):
     assert cache.accumulated_resid(pos_slice=-1).shape == (L + 1, 2, model.cfg.d_model)  # an int drops pos
     if model.cfg.normalization_type is not None:
         # Cached-scale LN of a layer's own input is exactly what that layer's ln1 normalized.
-        for l in range(L):
-            normed = cache.apply_ln_to_stack(cache["resid_pre", l][None], l)[0]
-            close(normed, cache["normalized", l, "ln1"])
+        for layer_i in range(L):
+            normed = cache.apply_ln_to_stack(cache["resid_pre", layer_i][None], layer_i)[0]
+            close(normed, cache["normalized", layer_i, "ln1"])
         # At the final layer apply_ln recomputes ln_final per component.
         final = cache.accumulated_resid(apply_ln=True)
         close(final[0], model.ln_final(cache["resid_pre", 0]))
@@ -112,11 +112,11 @@ def test_head_results_and_remainder(setup):
     model, _, _, cache = setup
     L, H = model.cfg.n_layers, model.cfg.n_heads
     stack, labels = cache.stack_head_results(layer=-1, incl_remainder=True, return_labels=True)
-    assert labels == [f"L{l}H{h}" for l in range(L) for h in range(H)] + ["remainder"]
+    assert labels == [f"L{layer_i}H{h}" for layer_i in range(L) for h in range(H)] + ["remainder"]
     assert stack.shape == (L * H + 1, 2, 6, model.cfg.d_model)
     close(stack.sum(0), cache["resid_post", L - 1])
-    for l in range(L):
-        close(cache["result", l].sum(-2) + model.blocks[l].attn.b_O, cache["attn_out", l])
+    for layer_i in range(L):
+        close(cache["result", layer_i].sum(-2) + model.blocks[layer_i].attn.b_O, cache["attn_out", layer_i])
     empty = cache.stack_head_results(layer=0)
     assert empty.shape == (0, 2, 6, model.cfg.d_model)
     one = cache.stack_head_results(layer=1, pos_slice=-1, incl_remainder=True)

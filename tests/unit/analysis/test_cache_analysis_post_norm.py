@@ -75,8 +75,12 @@ def test_heads_of_each_layer_sum_to_attn_out(run):
         warnings.simplefilter("error")  # frozen post-norm results are exact: nothing to warn about
         heads, labels = cache.stack_head_results(layer=L, return_labels=True)
     assert labels[:H] == [f"L0H{h}" for h in range(H)]
-    for l in range(L):
-        _close(heads[l * H : (l + 1) * H].sum(0), cache["attn_out", l], f"layer {l} heads vs hook_attn_out")
+    for layer_i in range(L):
+        _close(
+            heads[layer_i * H : (layer_i + 1) * H].sum(0),
+            cache["attn_out", layer_i],
+            f"layer {layer_i} heads vs hook_attn_out",
+        )
 
 
 def test_raw_pre_norm_head_results_stay_available_and_do_not_sum(run):
@@ -93,9 +97,15 @@ def test_neurons_of_each_layer_sum_to_mlp_out(run):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         neurons = cache.stack_neuron_results(layer=L)  # [layer * neuron, batch, pos, d_model]
-    for l in range(L):
-        _close(neurons[l * d_mlp : (l + 1) * d_mlp].sum(0), cache["mlp_out", l], f"layer {l} neurons vs hook_mlp_out")
-        _close(cache.get_neuron_results(l).sum(-2), cache["mlp_out", l], f"get_neuron_results layer {l}")
+    for layer_i in range(L):
+        _close(
+            neurons[layer_i * d_mlp : (layer_i + 1) * d_mlp].sum(0),
+            cache["mlp_out", layer_i],
+            f"layer {layer_i} neurons vs hook_mlp_out",
+        )
+        _close(
+            cache.get_neuron_results(layer_i).sum(-2), cache["mlp_out", layer_i], f"get_neuron_results layer {layer_i}"
+        )
 
 
 def test_projected_and_ln_applied_neurons_equal_the_expanded_ones(run):

@@ -1,4 +1,5 @@
-"""Head detector: pattern builders and scores on hand-made attention patterns (docs/analysis-and-patching.md#head-detector-and-test_prompt)."""
+"""Head detector: pattern builders and scores on hand-made attention patterns
+(docs/analysis-and-patching.md#head-detector-and-test_prompt)."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Activation patching: batched sweeps equal one forward per patch (docs/analysis-and-patching.md#activation-patching)."""
+"""Activation patching: batched sweeps equal one forward per patch
+(docs/analysis-and-patching.md#activation-patching)."""
 
 import itertools
 

@@ -1,4 +1,5 @@
-"""Cross-prompt patching in one padded forward equals cache-then-patch in two passes (docs/analysis-and-patching.md#patching-across-prompts-in-one-forward)."""
+"""Cross-prompt patching in one padded forward equals cache-then-patch in two passes
+(docs/analysis-and-patching.md#patching-across-prompts-in-one-forward)."""
 
 import pytest
 import torch

@@ -100,7 +100,7 @@ def test_faithfulness_curve_matches_faithfulness_of_each_circuit():
     graph = Graph.from_model(model)
     graph.scores = torch.randn(graph.scores.shape, generator=torch.Generator().manual_seed(0))
     curve = faithfulness_curve(model, graph, clean, corrupted, logit_diff, [10, 40, graph.n_total_edges])
-    for (n, f), k in zip(curve, [10, 40, graph.n_total_edges]):
+    for (n, f), k in zip(curve, [10, 40, graph.n_total_edges], strict=True):
         circuit = graph.copy().top_k(k)
         assert n == circuit.n_edges
         assert f == pytest.approx(faithfulness(model, circuit, clean, corrupted, logit_diff), abs=1e-6)

@@ -56,7 +56,12 @@ def hand_path_patch(model, clean, corrupted, senders, receivers):
     def patch(act, hook):
         layer = hook.layer()
         for r in receivers:
-            if r == "logits" and hook.name == f"blocks.{L - 1}.hook_resid_post" or r == f"m{layer}" and hook.name.endswith("hook_mlp_in"):
+            if (
+                r == "logits"
+                and hook.name == f"blocks.{L - 1}.hook_resid_post"
+                or r == f"m{layer}"
+                and hook.name.endswith("hook_mlp_in")
+            ):
                 act[:] = recorded[hook.name]
             elif r.startswith(f"a{layer}.h") and hook.name.endswith(RECEIVER_HOOKS[r[-1]]):
                 h = int(r.split(".")[1][1:])

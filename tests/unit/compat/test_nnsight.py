@@ -235,7 +235,7 @@ def test_gradients_equal_backward_hooks(family):
             for a in reversed(acts):  # gradients arrive in reverse forward order
                 got.append(a.grad)
     model.zero_grad()
-    for name, g in zip(reversed(names), got):
+    for name, g in zip(reversed(names), got, strict=True):
         torch.testing.assert_close(g, grads[name], rtol=0, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 

@@ -102,7 +102,9 @@ def test_half_precision_gemma_keeps_hf_gains_in_float32_through_loading_and_stat
     gains = {n: p for n, p in model.named_parameters() if n.endswith(("ln1.w", "ln2_post.w", "q_norm.w", "ln_final.w"))}
     assert len(gains) == 3 * model.cfg.n_layers + 1
     assert all(p.dtype == torch.float32 for p in gains.values()) and model.W_Q.dtype == torch.bfloat16
-    for layer, block in zip(hf.model.layers, model.blocks):  # what HF's bf16 norms multiply by, bit for bit
+    for layer, block in zip(
+        hf.model.layers, model.blocks, strict=True
+    ):  # what HF's bf16 norms multiply by, bit for bit
         assert torch.equal(block.ln1.w, 1.0 + layer.input_layernorm.weight.to(torch.bfloat16).float())
         assert torch.equal(block.attn.q_norm.w, 1.0 + layer.self_attn.q_norm.weight.to(torch.bfloat16).float())
     toks = tokens(2, 8)

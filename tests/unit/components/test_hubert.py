@@ -1,4 +1,5 @@
-"""components/hubert.py: frame masks, the positional convolution's padding, and the block called TransformerLens-style."""
+"""components/hubert.py: frame masks, the positional convolution's padding, and the block called
+TransformerLens-style."""
 
 from __future__ import annotations
 

@@ -79,7 +79,9 @@ def test_half_precision_mixing_is_one_float32_or_dtype_product_then_one_sum(mix_
         for t in range(10):
             slots = [layer.experts[int(e)](flat[t : t + 1])[0] for e in indices.reshape(10, 2)[t]]
             w = weights.reshape(10, 2)[t] if mix_in_fp32 else weights.reshape(10, 2)[t].to(torch.bfloat16)
-            expected[t] = torch.stack([s.to(w.dtype) * wi for s, wi in zip(slots, w)]).sum(0)  # w: 0-dim, so upcast s
+            expected[t] = torch.stack([s.to(w.dtype) * wi for s, wi in zip(slots, w, strict=True)]).sum(
+                0
+            )  # w: 0-dim, so upcast s
         out = layer(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.reshape(10, 16), expected.to(torch.bfloat16), atol=0, rtol=0)

@@ -14,7 +14,7 @@ def rand(*shape, seed=0):
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
-def fm(l=5, m=3, r=4, lead=(2, 3), seed=0):
+def fm(l=5, m=3, r=4, lead=(2, 3), seed=0):  # noqa: E741 - l, m, r: the dimensions ldim, mdim, rdim
     return FactoredMatrix(rand(*lead, l, m, seed=seed), rand(*lead, m, r, seed=seed + 1))
 
 
@@ -47,7 +47,7 @@ def test_ab_ba_transpose():
     assert isinstance(f.T, FactoredMatrix)
     torch.testing.assert_close(f.T.AB, f.AB.transpose(-2, -1), **TOL)
     with pytest.raises(ValueError):
-        fm(l=5, r=4).BA
+        _ = fm(l=5, r=4).BA
 
 
 @pytest.mark.parametrize("r", [6, 2])  # r > m folds X into B; r <= m folds into AB
@@ -85,7 +85,7 @@ def test_matmul_factored():
 
 
 @pytest.mark.parametrize("l", [6, 2])  # l > m folds X into A; l <= m folds into AB
-def test_rmatmul_tensor(l):
+def test_rmatmul_tensor(l):  # noqa: E741 - l, m, r: the dimensions ldim, mdim, rdim
     f = fm(l=l, m=3, r=4)
     X = rand(2, 3, 7, l, seed=5)
     out = X @ f
@@ -122,7 +122,7 @@ def test_mul_by_tensor_needs_one_element():
 
 
 @pytest.mark.parametrize("l,m,r", [(5, 3, 4), (4, 6, 5), (3, 3, 3)])
-def test_svd(l, m, r):
+def test_svd(l, m, r):  # noqa: E741 - l, m, r: the dimensions ldim, mdim, rdim
     f = fm(l=l, m=m, r=r)
     U, S, V = f.svd()
     k = min(l, m, r)

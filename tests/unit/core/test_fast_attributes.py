@@ -46,7 +46,7 @@ def test_assignment_deletion_and_missing_names_behave_as_nn_module():
     del attn.b_Q
     assert not hasattr(attn, "b_Q")
     with pytest.raises(AttributeError, match="has no attribute 'b_Q'"):
-        attn.b_Q
+        _ = attn.b_Q
     assert not hasattr(model.blocks[0].mlp, "ln")  # registered by other configs only (solu_ln)
 
 

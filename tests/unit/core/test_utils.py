@@ -57,6 +57,6 @@ def test_helpers_work_and_unknown_names_fail():
     assert isinstance(utils.get_device(), torch.device)
     assert utils.get_act_name("pattern", 3) == "blocks.3.attn.hook_pattern"
     with pytest.raises(AttributeError, match="no attribute 'not_a_helper'"):
-        utils.not_a_helper
+        _ = utils.not_a_helper
     with pytest.raises(AttributeError):
-        utils._private_thing
+        _ = utils._private_thing

@@ -126,7 +126,7 @@ def test_cached_logits_equal_uncached_and_full_forward(model):
     cached = greedy(model, tokens, mask, n=6, output_logits=True)
     uncached = greedy(model, tokens, mask, n=6, output_logits=True, use_past_kv_cache=False)
     assert torch.equal(cached.sequences, uncached.sequences)
-    for a, b in zip(cached.logits, uncached.logits):
+    for a, b in zip(cached.logits, uncached.logits, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
     full = model(cached.sequences, attention_mask=cached.attention_mask)  # [batch, pos, vocab]
     p = tokens.shape[1]
@@ -167,7 +167,7 @@ def test_generation_cache_equals_run_with_cache(model, use_cache):
     fed, fed_mask = out.sequences[:, :n_fed], out.attention_mask[:, :n_fed]
     _, reference = model.run_with_cache(fed, attention_mask=fed_mask)
     assert set(out.cache.keys()) == set(reference.keys())
-    for name in reference.keys():
+    for name in reference:
         assert max_real_diff(out.cache[name], reference[name]) <= 1e-4, name
     assert out.cache["pattern", 0].shape == (3, model.cfg.n_heads, n_fed, n_fed)
     assert torch.equal(out.cache.attention_mask, fed_mask) and torch.equal(out.cache.tokens, fed)
@@ -294,7 +294,7 @@ def test_penalties_match_reference_and_skip_pads(fixed_logits):
     out = apply_repetition_penalty(fixed_logits, tokens, 1.5, mask)
     expected = fixed_logits.clone()
     for row in range(3):
-        for v in {int(t) for t, m in zip(tokens[row], mask[row]) if m}:
+        for v in {int(t) for t, m in zip(tokens[row], mask[row], strict=True) if m}:
             x = expected[row, v]
             expected[row, v] = x / 1.5 if x > 0 else x * 1.5
     torch.testing.assert_close(out, expected, atol=0, rtol=0)

@@ -36,7 +36,7 @@ def assert_same_generation(a, b):
     every column with a mask, a different SDPA call than the growing cache's, so sums round differently)."""
     assert torch.equal(a.sequences, b.sequences)
     assert len(a.logits) == len(b.logits)
-    for x, y in zip(a.logits, b.logits):
+    for x, y in zip(a.logits, b.logits, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
@@ -132,7 +132,7 @@ def test_return_cache_fills_preallocated_buffers_equal_to_eager():
         static_options=StaticCacheOptions(backend=GraphCounter()), **kw,
     )  # fmt: skip
     assert sorted(static.cache.keys()) == sorted(expected.cache.keys())
-    for name in expected.cache.keys():
+    for name in expected.cache:
         torch.testing.assert_close(static.cache[name], expected.cache[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
@@ -164,7 +164,8 @@ def test_bad_options_are_refused():
 
 
 def test_longrope_switch_is_refused():
-    """The tiny Phi-3 switches to LongRoPE's long factors past 16 positions: a static cache cannot recompute its keys."""
+    """The tiny Phi-3 switches to LongRoPE's long factors past 16 positions: a static cache cannot
+    recompute its keys."""
     m = model("phi3")
     with pytest.raises(InputError, match="LongRoPE"):
         m.generate(tokens(7), cache_implementation="static", **dict(GREEDY, max_new_tokens=12))

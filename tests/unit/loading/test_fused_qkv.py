@@ -17,14 +17,14 @@ def fused_activations(n_out: int):
 
 
 def split_apply(parts_w, parts_b, x):
-    return [torch.nn.functional.linear(x, w, b) for w, b in zip(parts_w, parts_b)]
+    return [torch.nn.functional.linear(x, w, b) for w, b in zip(parts_w, parts_b, strict=True)]
 
 
 def test_interleaved_matches_neox_view_and_chunk():
     w, b, x, fused = fused_activations(3 * H * DH)
     q, k, v = fused.view(B, P, H, 3 * DH).chunk(3, dim=-1)  # GPT-NeoX's attention
     ours = split_apply(split_qkv_interleaved(w, H, DH), split_qkv_interleaved(b, H, DH), x)
-    for theirs, mine in zip((q, k, v), ours):
+    for theirs, mine in zip((q, k, v), ours, strict=True):
         torch.testing.assert_close(mine.view(B, P, H, DH), theirs, atol=1e-6, rtol=0)
 
 
@@ -41,7 +41,7 @@ def test_blocks_match_bigcode_multi_query_split(n_kv):
     w, b, x, fused = fused_activations((H + 2 * n_kv) * DH)
     q, k, v = fused.split((H * DH, n_kv * DH, n_kv * DH), dim=-1)  # GPT-BigCode's multi_query path
     ours = split_apply(split_qkv_blocks(w, H, n_kv, DH), split_qkv_blocks(b, H, n_kv, DH), x)
-    for theirs, mine in zip((q, k, v), ours):
+    for theirs, mine in zip((q, k, v), ours, strict=True):
         torch.testing.assert_close(mine, theirs, atol=1e-6, rtol=0)
 
 

@@ -70,7 +70,8 @@ def test_a_base_name_not_available_offline_says_the_bundled_one_is_instruct(hf_c
 
 def test_a_name_not_found_offline_lists_the_bundled_models(hf_cache):
     with pytest.raises(FileNotFoundError, match=r"'gpt2' is not a local checkpoint directory.*Bundled models "
-                       r"\(available offline\): SmolLM2-135M-Instruct \(also smollm2-135m, .*gemma-3-270m"):  # fmt: skip
+                       r"\(available offline\): SmolLM2-135M-Instruct \(also smollm2-135m, "
+                       r".*gemma-3-270m"):  # fmt: skip
         HookedTransformer.from_pretrained("gpt2-small")
 
 

@@ -101,7 +101,7 @@ def test_run_with_cache_under_compile_is_traced_and_equal():
     assert counter.graphs == 1  # the caching hooks are traced into the graph
     assert torch.equal(logits, ref_logits)
     assert sorted(cache.keys()) == sorted(ref_cache.keys())
-    for name in ref_cache.keys():
+    for name in ref_cache:
         assert torch.equal(cache[name], ref_cache[name]), name
 
 
@@ -166,7 +166,7 @@ def test_repeated_hooked_calls_reuse_the_compiled_graph():
         assert counter.graphs == 1
         caches = [m.run_with_cache(toks, names_filter=resid_post)[1] for _ in range(3)]
     assert counter.graphs == 2
-    for name in caches[0].keys():
+    for name in caches[0]:
         assert torch.equal(caches[0][name], caches[2][name])
 
 

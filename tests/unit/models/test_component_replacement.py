@@ -158,7 +158,7 @@ def test_weight_views_name_the_replaced_module_that_lacks_a_weight():
     model = tiny_model()
     model.blocks[1].mlp = WrappedMLP(model.blocks[1].mlp)
     with pytest.raises(ReplacedModuleError, match=r"blocks\.1\.mlp is a WrappedMLP, which has no 'W_in'") as info:
-        model.W_in
+        _ = model.W_in
     assert isinstance(info.value, HookedError) and isinstance(info.value, TypeError)  # not swallowed by getattr
     assert model.W_Q.shape == (2, 4, 16, 4)  # untouched components still read
 

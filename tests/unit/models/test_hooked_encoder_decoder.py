@@ -84,7 +84,7 @@ def test_weight_views_stack_encoder_then_decoder(pair):
     assert model.OV.shape == (2 * n, H, 32, 32)
     assert model.all_head_labels()[:2] == ["EL0H0", "EL0H1"] and model.all_head_labels()[-1] == f"DL{n - 1}H{H - 1}"
     with pytest.raises(NotImplementedError, match="relative"):
-        model.W_pos
+        _ = model.W_pos
 
 
 def test_built_from_a_config_runs():

@@ -1,4 +1,5 @@
-"""Weight views (docs/analysis-and-patching.md#weights-circuits-and-composition): stacked weights, factored circuits, composition scores, residual directions."""
+"""Weight views (docs/analysis-and-patching.md#weights-circuits-and-composition): stacked weights,
+factored circuits, composition scores, residual directions."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_view_shapes(name):
         shapes.update(W_pos=(CTX, D), W_E_pos=(V + CTX, D))
     else:
         with pytest.raises(AttributeError, match="W_pos"):
-            model.W_pos
+            _ = model.W_pos
     for attr, shape in shapes.items():
         assert tuple(getattr(model, attr).shape) == shape, attr
     if not cfg.gated_mlp:
@@ -83,11 +84,11 @@ def test_view_shapes(name):
 def test_gqa_key_value_views_repeat_each_group(name):
     model = make(**MODELS[name])
     repeats = H // model.cfg.n_key_value_heads
-    for l, block in enumerate(model.blocks):
+    for layer, block in enumerate(model.blocks):
         for h in range(H):
-            assert torch.equal(model.W_K[l, h], block.attn._W_K[h // repeats])
-            assert torch.equal(model.W_V[l, h], block.attn._W_V[h // repeats])
-            assert torch.equal(model.b_V[l, h], block.attn._b_V[h // repeats])
+            assert torch.equal(model.W_K[layer, h], block.attn._W_K[h // repeats])
+            assert torch.equal(model.W_V[layer, h], block.attn._W_V[h // repeats])
+            assert torch.equal(model.b_V[layer, h], block.attn._b_V[h // repeats])
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -97,9 +98,9 @@ def test_qk_and_ov_are_the_per_head_products(name):
         QK, OV = model.QK.AB, model.OV.AB
         torch.testing.assert_close(QK, model.W_Q @ model.W_K.transpose(-1, -2), atol=1e-6, rtol=0)
         torch.testing.assert_close(OV, model.W_V @ model.W_O, atol=1e-6, rtol=0)
-        for l, block in enumerate(model.blocks):
-            torch.testing.assert_close(block.attn.QK.AB, QK[l], atol=1e-6, rtol=0)
-            torch.testing.assert_close(block.attn.OV.AB, OV[l], atol=1e-6, rtol=0)
+        for layer, block in enumerate(model.blocks):
+            torch.testing.assert_close(block.attn.QK.AB, QK[layer], atol=1e-6, rtol=0)
+            torch.testing.assert_close(block.attn.OV.AB, OV[layer], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["mha", "attn_only"])
@@ -183,7 +184,8 @@ def test_tokens_to_residual_directions_shapes(tokenizer):
 
 
 def test_accumulated_bias_of_moe_models():
-    """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there is no constant."""
+    """Bias-free experts add nothing; GPT-OSS's per-expert output biases are mixed per token, so there
+    is no constant."""
     from tests.tiny_models import tiny_hooked
 
     model = tiny_hooked("moe")

@@ -85,10 +85,10 @@ def invariance_errors(ref: HookedTransformer, proc: HookedTransformer, toks: tor
         "loss": (loss_p - loss_r).abs().item(),
         "logit_shift_not_constant": (shift - shift.mean(-1, keepdim=True)).abs().max().item(),
     }
-    for l in range(ref.cfg.n_layers):
-        errors[f"pattern{l}"] = (cache_p["pattern", l] - cache_r["pattern", l]).abs().max().item()
-        resid_p, resid_r = centered(cache_p["resid_post", l]), centered(cache_r["resid_post", l])
-        errors[f"center_resid_post{l}"] = (resid_p - resid_r).abs().max().item()
+    for layer in range(ref.cfg.n_layers):
+        errors[f"pattern{layer}"] = (cache_p["pattern", layer] - cache_r["pattern", layer]).abs().max().item()
+        resid_p, resid_r = centered(cache_p["resid_post", layer]), centered(cache_r["resid_post", layer])
+        errors[f"center_resid_post{layer}"] = (resid_p - resid_r).abs().max().item()
     return errors
 
 
@@ -190,12 +190,12 @@ def test_transformer_lens_style_checks_after_folding_and_centering():
     zero = lambda x: torch.testing.assert_close(x, torch.zeros_like(x), atol=1e-6, rtol=0)  # noqa: E731
     for key in ("embed.W_E", "pos_embed.W_pos"):
         zero(sd[key].mean(-1))
-    for l in range(model.cfg.n_layers):
+    for layer in range(model.cfg.n_layers):
         for key in ("attn.W_O", "attn.b_O", "mlp.W_out", "mlp.b_out"):
-            zero(sd[f"blocks.{l}.{key}"].mean(-1))
-        zero(sd[f"blocks.{l}.attn.b_V"])
+            zero(sd[f"blocks.{layer}.{key}"].mean(-1))
+        zero(sd[f"blocks.{layer}.attn.b_V"])
         for key in ("attn.W_Q", "attn.W_K", "attn.W_V", "mlp.W_in", "mlp.W_gate"):  # readers of LNPre: centered
-            zero(sd[f"blocks.{l}.{key}"].mean(-2))
+            zero(sd[f"blocks.{layer}.{key}"].mean(-2))
     zero(sd["unembed.W_U"].mean(-1))
     zero(sd["unembed.b_U"].mean(-1))
 
@@ -211,7 +211,7 @@ def test_hook_values_per_step_follow_the_spec_table():
     _, folded = processed(model, **flag_dict(("fold_ln",))).run_with_cache(toks)
     assert folded.keys() == ref.keys()
     # unembed.hook_in is ln_final's output, which loses the gain and bias that W_U/b_U now apply
-    assert max_diff(folded, [n for n in ref.keys() if n != "unembed.hook_in"]) <= ATOL
+    assert max_diff(folded, [n for n in ref if n != "unembed.hook_in"]) <= ATOL
     _, cent = processed(model, **flag_dict(("center_writing_weights",))).run_with_cache(toks)
     kept = (
         "hook_q",
@@ -224,25 +224,25 @@ def test_hook_values_per_step_follow_the_spec_table():
         "hook_scale",
         "hook_normalized",
     )
-    same = [n for n in ref.keys() if n.split(".")[-1] in kept]
+    same = [n for n in ref if n.split(".")[-1] in kept]
     assert max_diff(cent, same) <= ATOL
     _, vb = processed(model, **flag_dict(("fold_value_biases",))).run_with_cache(toks)
-    same = [n for n in ref.keys() if not n.endswith(("hook_v", "hook_z"))]
+    same = [n for n in ref if not n.endswith(("hook_v", "hook_z"))]
     assert max_diff(vb, same) <= ATOL
     b_V = model.blocks[0].attn.b_V
     torch.testing.assert_close(vb["blocks.0.attn.hook_v"], ref["blocks.0.attn.hook_v"] - b_V, atol=ATOL, rtol=0)
     _, rf = processed(model, **flag_dict(("refactor_factored_attn_matrices",))).run_with_cache(toks)
-    same = [n for n in ref.keys() if not n.endswith(("hook_q", "hook_k", "hook_v", "hook_z"))]
+    same = [n for n in ref if not n.endswith(("hook_q", "hook_k", "hook_v", "hook_z"))]
     assert max_diff(rf, same) <= ATOL
 
 
 def test_norms_that_must_not_fold_keep_their_parameters():
     model = processed(make(**CONFIGS["sandwich_rms_qknorm"]))
     keys = set(model.state_dict())
-    for l in range(2):
+    for layer in range(2):
         for name in ("ln1_post.w", "ln2_post.w", "attn.q_norm.w", "attn.k_norm.w"):
-            assert f"blocks.{l}.{name}" in keys
-        assert f"blocks.{l}.ln1.w" not in keys and f"blocks.{l}.ln2.w" not in keys
+            assert f"blocks.{layer}.{name}" in keys
+        assert f"blocks.{layer}.ln1.w" not in keys and f"blocks.{layer}.ln2.w" not in keys
 
 
 @pytest.mark.parametrize("name", ["final_rms", "sandwich_rms_qknorm", "solu_ln", "ln"])

@@ -44,9 +44,13 @@ def required_folders() -> set[str]:
         if len(parts) < 2:
             continue
         folders.add(parts[0] + "/")
-        if parts[0] in ("hooked", "tests") and len(parts) >= 3 and "__pycache__" not in parts:
-            if parts[0] == "tests" or (ROOT / parts[0] / parts[1] / "__init__.py").exists():
-                folders.add(f"{parts[0]}/{parts[1]}/")
+        if (
+            parts[0] in ("hooked", "tests")
+            and len(parts) >= 3
+            and "__pycache__" not in parts
+            and (parts[0] == "tests" or (ROOT / parts[0] / parts[1] / "__init__.py").exists())
+        ):
+            folders.add(f"{parts[0]}/{parts[1]}/")
     return folders
 
 

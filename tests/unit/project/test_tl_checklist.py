@@ -144,8 +144,9 @@ def check_generate(gpt2, gqa, capsys):
     from hooked.core.utils import at_steps
 
     seen = []
+    record_pos = at_steps(lambda x, hook: seen.append(x.shape[1]), 1)
     out = gpt2.generate("The quick", max_new_tokens=3, seed=0, repetition_penalty=1.2, return_cache=True, verbose=False,
-                        fwd_hooks=[("blocks.0.hook_resid_pre", at_steps(lambda x, hook: seen.append(x.shape[1]), 1))])  # fmt: skip
+                        fwd_hooks=[("blocks.0.hook_resid_pre", record_pos)])  # fmt: skip
     assert seen == [1] and "blocks.0.hook_resid_pre" in out.cache
     chunks = list(gpt2.generate_stream("The quick", max_new_tokens=2, temperature=0, verbose=False))
     assert chunks

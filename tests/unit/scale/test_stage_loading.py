@@ -21,7 +21,7 @@ from hooked.scale.stage_loading import (
 @pytest.mark.parametrize("n_layers,world", [(32, 3), (4, 4), (5, 2), (30, 7), (1, 1)])
 def test_split_is_contiguous_balanced_and_complete(n_layers, world):
     stages = split_layers(n_layers, world)
-    assert len(stages) == world and [l for s in stages for l in s] == list(range(n_layers))
+    assert len(stages) == world and [layer for s in stages for layer in s] == list(range(n_layers))
     sizes = [len(s) for s in stages]
     assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1 and sizes == sorted(sizes, reverse=True)
 
@@ -34,7 +34,7 @@ def test_more_ranks_than_blocks_is_refused():
 def test_owner_of_names():
     assert owner_of("hook_embed", 3, 7) == 0 and owner_of("embed.W_E", 3, 7) == 0
     assert owner_of("unembed.W_U", 3, 7) == 2 and owner_of("ln_final.hook_scale", 3, 7) == 2
-    assert [owner_of(f"blocks.{l}.attn.W_Q", 3, 7) for l in range(7)] == [0, 0, 0, 1, 1, 2, 2]
+    assert [owner_of(f"blocks.{layer}.attn.W_Q", 3, 7) for layer in range(7)] == [0, 0, 0, 1, 1, 2, 2]
 
 
 def _llama(tied: bool):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hooked.analysis import metrics
-from hooked.core.errors import InputError
+from hooked.core.errors import HookedError, InputError
 from hooked.serve.app import parse_tokens
 
 LOGITS = torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(0))
@@ -59,7 +59,7 @@ def test_token_file_parsing():
         "a/b 0123456789abcdef0",
         "alice 0123456789abcdef0\nalice 0123456789abcdef1",
     ):
-        with pytest.raises(Exception):
+        with pytest.raises(HookedError, match="tokens line"):
             parse_tokens(bad)
 
 

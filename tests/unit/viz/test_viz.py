@@ -99,7 +99,7 @@ def test_attention_labels_from_strings_and_errors(model, run):
 
 def lens_logits(model, cache) -> torch.Tensor:
     """Each layer's residual stream through ln_final and the unembedding, computed here from the hooks."""
-    resids = [cache["resid_pre", l][0] for l in range(model.cfg.n_layers)] + [cache["resid_post", -1][0]]
+    resids = [cache["resid_pre", layer_i][0] for layer_i in range(model.cfg.n_layers)] + [cache["resid_post", -1][0]]
     return torch.stack([model.unembed(model.ln_final(r[None]))[0] for r in resids])  # [layer, pos, vocab]
 
 
@@ -160,20 +160,20 @@ def test_dla_per_head_is_each_heads_write_through_the_final_scale(model, run):
     a = model.to_single_token(" John")
     data = roundtrip(direct_logit_attribution(model, cache, a, per="head", pos=4))
     scale = cache["ln_final.hook_scale"][0, 4]
-    got = dict(zip(data["labels"], data["values"]))
+    got = dict(zip(data["labels"], data["values"], strict=True))
     assert len(got) == model.cfg.n_layers * model.cfg.n_heads
-    for l in range(model.cfg.n_layers):
+    for layer in range(model.cfg.n_layers):
         for h in range(model.cfg.n_heads):
-            write = cache["z", l][0, 4, h] @ model.blocks[l].attn.W_O[h]  # [d_model]
+            write = cache["z", layer][0, 4, h] @ model.blocks[layer].attn.W_O[h]  # [d_model]
             expected = (write - write.mean()) / scale @ model.W_U[:, a]
-            torch.testing.assert_close(torch.tensor(got[f"L{l}H{h}"]).float(), expected, **CLOSE)
+            torch.testing.assert_close(torch.tensor(got[f"L{layer}H{h}"]).float(), expected, **CLOSE)
 
 
 def test_dla_caps_bars(model, run):
     _, _, cache = run
     full = roundtrip(direct_logit_attribution(model, cache, 7, per="head"))
     top = roundtrip(direct_logit_attribution(model, cache, 7, per="head", max_bars=3))
-    largest = sorted(zip(full["labels"], full["values"]), key=lambda lv: -abs(lv[1]))[:3]
+    largest = sorted(zip(full["labels"], full["values"], strict=True), key=lambda lv: -abs(lv[1]))[:3]
     assert sorted(top["labels"]) == sorted(label for label, _ in largest)
     assert "3 largest of 8" in top["notes"][0]
 
@@ -211,7 +211,9 @@ def test_prompt_views_has_every_kind(model, run):
         "text",
     ]
     # the attention layer holds the head attending most sharply from the last position (first token excluded)
-    sharpest = torch.stack([cache["pattern", l][0, :, -1, 1:].max(-1).values for l in range(2)])  # [layer, head]
+    sharpest = torch.stack(
+        [cache["pattern", layer_i][0, :, -1, 1:].max(-1).values for layer_i in range(2)]
+    )  # [layer, head]
     assert attention["layer"] == int(sharpest.flatten().argmax()) // model.cfg.n_heads
     answer = int(logits[0, -1].argmax())
     assert heads["answer_id"] == layers["answer_id"] == answer and (heads["per"], layers["per"]) == ("head", "layer")
