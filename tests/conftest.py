@@ -1,10 +1,63 @@
+import os
+import sys
+
 import pytest
 import torch
+
+# Runtime shape checks (tests/README.md): HOOKED_TYPECHECK=1 wraps every function of `hooked` in
+# jaxtyping + beartype, so the unit tier checks the library's annotations on every call. The hook
+# rewrites modules as they are imported, so it goes in before anything imports `hooked`.
+TYPECHECK = os.environ.get("HOOKED_TYPECHECK", "")
+if TYPECHECK not in ("", "0", "1"):
+    raise RuntimeError(f"HOOKED_TYPECHECK={TYPECHECK!r}: use 1 (unit tier, checked), 0 (the rest) or leave it unset")
+if TYPECHECK == "1":
+    if "hooked" in sys.modules:
+        raise RuntimeError("HOOKED_TYPECHECK=1: `hooked` was imported before tests/conftest.py, so it cannot be checked")
+    # beartype reads `object.__dict__` when first imported: before nnsight patches `object` (tests/unit/compat)
+    import beartype  # noqa: F401
+    from jaxtyping import install_import_hook
+
+    install_import_hook(["hooked"], "beartype.beartype")
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 # tests/gpu needs a CUDA device: collected where one is visible (`make test-gpu` runs them alone)
 collect_ignore = [] if torch.cuda.is_available() else ["gpu"]
+
+UNIT = os.path.join(os.path.dirname(__file__), "unit")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "unchecked: runs without the runtime shape checks (torch.compile must not trace beartype's wrappers)"
+    )
+    config.addinivalue_line("markers", "checked_only: needs the runtime shape checks (HOOKED_TYPECHECK=1)")
+
+
+def pytest_report_header(config):
+    return {
+        "1": "runtime shape checks: on (tests/unit, less the `unchecked` tests)",
+        "0": "runtime shape checks: off (everything HOOKED_TYPECHECK=1 leaves out)",
+        "": "runtime shape checks: off (HOOKED_TYPECHECK=1 turns them on; `make test` runs both)",
+    }[TYPECHECK]
+
+
+def _checked(item) -> bool:
+    """Whether a HOOKED_TYPECHECK=1 run takes this test: the unit tier, less the `unchecked` tests."""
+    return str(item.path).startswith(UNIT + os.sep) and item.get_closest_marker("unchecked") is None
+
+
+def pytest_collection_modifyitems(config, items):
+    # the split of `make test` into a checked and an unchecked process: each test runs in exactly one
+    if TYPECHECK == "1":
+        keep = [item for item in items if _checked(item)]
+    elif TYPECHECK == "0":
+        keep = [item for item in items if not _checked(item)]
+    else:
+        keep = [item for item in items if item.get_closest_marker("checked_only") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
