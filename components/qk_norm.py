@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float
 
-from hooked.components.norms import LayerNorm, LayerNormPre, RMSNorm, gain_first_layer_norm, make_norm
+from hooked.components.norms import LayerNorm, LayerNormPre, gain_first_layer_norm, make_norm
 from hooked.core.config import HookedTransformerConfig
 
 
@@ -68,7 +68,7 @@ def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> nn.Module:
     return make_norm(cfg, "RMS", width)
 
 
-def apply_qk_norm(norm: RMSNorm, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
+def apply_qk_norm(norm: nn.Module, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
     """`norm` per head (`norm.length == d_head`) or over all heads at once (full width)."""
     if norm.length == x.shape[-1]:
         return norm(x)

@@ -12,12 +12,15 @@ if TYPECHECK not in ("", "0", "1"):
     raise RuntimeError(f"HOOKED_TYPECHECK={TYPECHECK!r}: use 1 (unit tier, checked), 0 (the rest) or leave it unset")
 if TYPECHECK == "1":
     if "hooked" in sys.modules:
-        raise RuntimeError("HOOKED_TYPECHECK=1: `hooked` was imported before tests/conftest.py, so it cannot be checked")
+        raise RuntimeError(
+            "HOOKED_TYPECHECK=1: `hooked` was imported before tests/conftest.py, so it cannot be checked"
+        )
     # beartype reads `object.__dict__` when first imported: before nnsight patches `object` (tests/unit/compat)
     import beartype  # noqa: F401
     from jaxtyping import install_import_hook
 
-    install_import_hook(["hooked"], "beartype.beartype")
+    # the PEP 484 numeric tower: an int passes for a float, as type checkers read `float`
+    install_import_hook(["hooked"], "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
