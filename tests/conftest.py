@@ -27,12 +27,12 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 # tests/gpu needs a CUDA device: collected where one is visible (`make test-gpu` runs them alone)
 collect_ignore = [] if torch.cuda.is_available() else ["gpu"]
 
-UNIT = os.path.join(os.path.dirname(__file__), "unit")
+UNIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit")
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "unchecked: runs without the runtime shape checks (torch.compile must not trace beartype's wrappers)"
+        "markers", "unchecked: a unit test run without the runtime shape checks (why: tests/README.md)"
     )
     config.addinivalue_line("markers", "checked_only: needs the runtime shape checks (HOOKED_TYPECHECK=1)")
 
@@ -45,6 +45,15 @@ def pytest_report_header(config):
     }[TYPECHECK]
 
 
+def pytest_ignore_collect(collection_path, config):
+    # the checked run takes the unit tier only: the other tiers are not even imported
+    if TYPECHECK == "1":
+        path = str(collection_path)
+        if not (path == UNIT or path.startswith(UNIT + os.sep) or UNIT.startswith(path + os.sep)):
+            return True
+    return None
+
+
 def _checked(item) -> bool:
     """Whether a HOOKED_TYPECHECK=1 run takes this test: the unit tier, less the `unchecked` tests."""
     return str(item.path).startswith(UNIT + os.sep) and item.get_closest_marker("unchecked") is None
@@ -53,13 +62,16 @@ def _checked(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     # the split of `make test` into a checked and an unchecked process: each test runs in exactly one
     if TYPECHECK == "1":
-        keep = [item for item in items if _checked(item)]
+        take = _checked
     elif TYPECHECK == "0":
-        keep = [item for item in items if not _checked(item)]
+        take = lambda item: not _checked(item)  # noqa: E731
     else:
-        keep = [item for item in items if item.get_closest_marker("checked_only") is None]
-    if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        take = lambda item: item.get_closest_marker("checked_only") is None  # noqa: E731
+    keep, dropped = [], []
+    for item in items:
+        (keep if take(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
         items[:] = keep
 
 
