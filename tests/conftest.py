@@ -20,7 +20,17 @@ if TYPECHECK == "1":
     from jaxtyping import install_import_hook
 
     # the PEP 484 numeric tower: an int passes for a float, as type checkers read `float`
-    install_import_hook(["hooked"], "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
+    _hook = install_import_hook(["hooked"], "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
+    # hot-path plumbing with no tensor annotation: called tens of thousands of times per test file,
+    # checking it would double the tier's time and check no shape
+    _UNCHECKED_MODULES = {
+        "hooked._moved_modules",
+        "hooked.core.fast_attributes",
+        "hooked.core.hook_points",
+        "hooked.core.thread_guard",
+    }
+    _instrument = _hook.hook.should_instrument
+    _hook.hook.should_instrument = lambda name: name not in _UNCHECKED_MODULES and _instrument(name)
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
