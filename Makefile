@@ -28,8 +28,12 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(BIN)/hooked inspect "$(PROMPT)"
 
+# Two processes, each test in exactly one (tests/README.md, "Runtime shape checks"): the unit tier with
+# every jaxtyping annotation of `hooked` checked at run time, then everything else unchecked (the other
+# tiers, and the unit tests marked `unchecked`: torch.compile must not trace the checker's wrappers).
 test: venv lint
-	$(BIN)/python -m pytest -q
+	HOOKED_TYPECHECK=1 $(BIN)/python -m pytest -q
+	HOOKED_TYPECHECK=0 $(BIN)/python -m pytest -q
 
 LINT_PATHS := hooked components loading tests benchmarks setup.py .ci
 
@@ -51,7 +55,8 @@ wheel-check: venv
 	bash .ci/wheel_check.sh
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+	HOOKED_TYPECHECK=1 $(BIN)/python -m pytest -q -m "not slow"
+	HOOKED_TYPECHECK=0 $(BIN)/python -m pytest -q -m "not slow"
 
 docs: venv  # the documentation site (mkdocs.yml), strict: a broken link or anchor fails the build
 	$(BIN)/mkdocs build --strict -d build/site

@@ -40,7 +40,7 @@ class AudioFrontendConfig:
     num_conv_pos_embedding_groups: int = 16
     do_stable_layer_norm: bool = False  # pre-LN blocks and a final LayerNorm (HuBERT large)
 
-    def output_lengths(self, lengths: Int[torch.Tensor, "batch"]) -> Int[torch.Tensor, "batch"]:
+    def output_lengths(self, lengths: Int[torch.Tensor, "*batch"]) -> Int[torch.Tensor, "*batch"]:
         """Frames produced from `lengths` samples (each convolution has no padding)."""
         for kernel, stride in zip(self.conv_kernel, self.conv_stride, strict=True):
             lengths = torch.div(lengths - kernel, stride, rounding_mode="floor") + 1

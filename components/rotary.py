@@ -193,8 +193,8 @@ def _rotate_adjacent(x: torch.Tensor) -> torch.Tensor:
 
 def apply_rotary(
     x: Float[torch.Tensor, "batch pos head d_head"],
-    cos: Float[torch.Tensor, "batch pos 1 rot"],
-    sin: Float[torch.Tensor, "batch pos 1 rot"],
+    cos: Float[torch.Tensor, "#batch pos 1 rot"],
+    sin: Float[torch.Tensor, "#batch pos 1 rot"],
     adjacent: bool = False,
 ) -> Float[torch.Tensor, "batch pos head d_head"]:
     """Rotate the first `rot` dimensions of each head; the rest pass through."""

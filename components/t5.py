@@ -117,7 +117,7 @@ class T5Attention(Attention):
         return self.rel_pos_hook(bias)  # [1, head, query_pos, kv_pos]
 
     def project_kv(
-        self, key_input: Float[torch.Tensor, "batch kv_pos d_model"], value_input: torch.Tensor | None = None
+        self, key_input: Float[torch.Tensor, "batch kv_pos *head d_model"], value_input: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Hooked keys and values `[batch, kv_pos, head, d_head]` (computed once for cross-attention)."""
         value_input = key_input if value_input is None else value_input

@@ -47,8 +47,8 @@ class Unembed(nn.Module):
         self.hook_out = HookPoint()  # [batch, pos, d_vocab_out]
 
     def forward(
-        self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int = 0
-    ) -> Float[torch.Tensor, "batch pos d_vocab_out"]:
+        self, x: Float[torch.Tensor, "*batch pos d_model"], logits_to_keep: int = 0
+    ) -> Float[torch.Tensor, "*batch kept_pos d_vocab_out"]:
         """Logits of every position, or with `logits_to_keep=k` of the last k only.
 
         Earlier positions are skipped before the projection unless something observes

@@ -1,10 +1,88 @@
+import os
+import sys
+
 import pytest
 import torch
+
+# Runtime shape checks (tests/README.md): HOOKED_TYPECHECK=1 wraps every function of `hooked` in
+# jaxtyping + beartype, so the unit tier checks the library's annotations on every call. The hook
+# rewrites modules as they are imported, so it goes in before anything imports `hooked`.
+TYPECHECK = os.environ.get("HOOKED_TYPECHECK", "")
+if TYPECHECK not in ("", "0", "1"):
+    raise RuntimeError(f"HOOKED_TYPECHECK={TYPECHECK!r}: use 1 (unit tier, checked), 0 (the rest) or leave it unset")
+if TYPECHECK == "1":
+    if "hooked" in sys.modules:
+        raise RuntimeError(
+            "HOOKED_TYPECHECK=1: `hooked` was imported before tests/conftest.py, so it cannot be checked"
+        )
+    # beartype reads `object.__dict__` when first imported: before nnsight patches `object` (tests/unit/compat)
+    import beartype  # noqa: F401
+    from jaxtyping import install_import_hook
+
+    # the PEP 484 numeric tower: an int passes for a float, as type checkers read `float`
+    _hook = install_import_hook(["hooked"], "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
+    # hot-path plumbing with no tensor annotation: called tens of thousands of times per test file,
+    # checking it would double the tier's time and check no shape
+    _UNCHECKED_MODULES = {
+        "hooked._moved_modules",
+        "hooked.core.fast_attributes",
+        "hooked.core.hook_points",
+        "hooked.core.thread_guard",
+    }
+    _instrument = _hook.hook.should_instrument
+    _hook.hook.should_instrument = lambda name: name not in _UNCHECKED_MODULES and _instrument(name)
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 # tests/gpu needs a CUDA device: collected where one is visible (`make test-gpu` runs them alone)
 collect_ignore = [] if torch.cuda.is_available() else ["gpu"]
+
+UNIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "unchecked: a unit test run without the runtime shape checks (why: tests/README.md)"
+    )
+    config.addinivalue_line("markers", "checked_only: needs the runtime shape checks (HOOKED_TYPECHECK=1)")
+
+
+def pytest_report_header(config):
+    return {
+        "1": "runtime shape checks: on (tests/unit, less the `unchecked` tests)",
+        "0": "runtime shape checks: off (everything HOOKED_TYPECHECK=1 leaves out)",
+        "": "runtime shape checks: off (HOOKED_TYPECHECK=1 turns them on; `make test` runs both)",
+    }[TYPECHECK]
+
+
+def pytest_ignore_collect(collection_path, config):
+    # the checked run takes the unit tier only: the other tiers are not even imported
+    if TYPECHECK == "1":
+        path = str(collection_path)
+        if not (path == UNIT or path.startswith(UNIT + os.sep) or UNIT.startswith(path + os.sep)):
+            return True
+    return None
+
+
+def _checked(item) -> bool:
+    """Whether a HOOKED_TYPECHECK=1 run takes this test: the unit tier, less the `unchecked` tests."""
+    return str(item.path).startswith(UNIT + os.sep) and item.get_closest_marker("unchecked") is None
+
+
+def pytest_collection_modifyitems(config, items):
+    # the split of `make test` into a checked and an unchecked process: each test runs in exactly one
+    if TYPECHECK == "1":
+        take = _checked
+    elif TYPECHECK == "0":
+        take = lambda item: not _checked(item)  # noqa: E731
+    else:
+        take = lambda item: item.get_closest_marker("checked_only") is None  # noqa: E731
+    keep, dropped = [], []
+    for item in items:
+        (keep if take(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

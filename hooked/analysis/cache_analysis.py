@@ -576,7 +576,7 @@ class CacheAnalysisMixin:
         batch_slice: SliceInput = None,
         has_batch_dim: bool = True,
         recompute_ln: bool = False,
-    ) -> Stack:
+    ) -> Float[torch.Tensor, "component *kept d_model"]:
         """Rescale each component the way the norm reading the stream at `layer` scales their sum.
 
         A norm divides the whole residual stream by one scale, so each component's share of
@@ -642,7 +642,7 @@ class CacheAnalysisMixin:
         pos_slice: SliceInput = None,
         batch_slice: SliceInput = None,
         has_batch_dim: bool = True,
-    ) -> Float[torch.Tensor, "component *batch_and_pos"]:
+    ) -> Float[torch.Tensor, "component *kept"]:
         """Direct logit attribution: each component's contribution to a token's logit (difference).
 
         The stack is scaled by the final norm's cached scale and dotted with

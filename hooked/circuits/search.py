@@ -119,7 +119,7 @@ def smallest_circuit(
 class _Search:
     """Doubling and bisection, then a downward scan over `k`; each distinct pruned circuit is evaluated once."""
 
-    def __init__(self, graph: Graph, evaluate: FaithfulnessEvaluator, target: float, order: torch.Tensor):
+    def __init__(self, graph: Graph, evaluate: Callable[[Graph], float], target: float, order: torch.Tensor):
         self.graph, self.evaluate, self.target, self.order = graph, evaluate, target, order
         self.masks: dict[int, torch.Tensor] = {}  # k -> the pruned top-k circuit [n_senders, n_receivers]
         self.by_size: dict[int, Evaluation] = {}  # pruned size -> evaluation (nested circuits: size names the circuit)

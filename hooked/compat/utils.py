@@ -52,12 +52,12 @@ def __getattr__(name: str):
 
 
 # -- activation functions -------------------------------------------------------------
-def gelu_new(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+def gelu_new(input: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_mlp"]:
     """GPT-2's tanh approximation of GELU."""
     return 0.5 * input * (1.0 + torch.tanh(np.sqrt(2.0 / np.pi) * (input + 0.044715 * torch.pow(input, 3.0))))
 
 
-def gelu_fast(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+def gelu_fast(input: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_mlp"]:
     return 0.5 * input * (1.0 + torch.tanh(input * 0.7978845608 * (1.0 + 0.044715 * input * input)))
 
 
@@ -68,7 +68,7 @@ def gelu_pytorch_tanh(input: torch.Tensor) -> torch.Tensor:
 XIELU = _xielu.XIELU
 
 
-def xielu(input: Float[torch.Tensor, "batch pos d_mlp"]) -> Float[torch.Tensor, "batch pos d_mlp"]:
+def xielu(input: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_mlp"]:
     """xIELU with its default parameters (alpha_p = alpha_n = 0.8, beta = 0.5)."""
     return _xielu.xielu(input, 0.8, 0.8, 0.5, -1e-6)
 

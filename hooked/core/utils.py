@@ -10,7 +10,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Float, Int, Shaped
 
 from hooked.core.errors import InputError, MissingStepsError
 
@@ -283,7 +283,7 @@ def token_index(
 
 
 def gather_pos(
-    x: Float[torch.Tensor, "batch ..."], index: Int[torch.Tensor, "batch *k"], axis: int = 1
+    x: Shaped[torch.Tensor, "batch ..."], index: Int[torch.Tensor, "batch *k"], axis: int = 1
 ) -> torch.Tensor:
     """Pick, for each batch row b, position `index[b]` of `x` along `axis`.
 
@@ -301,8 +301,8 @@ def gather_pos(
 def row_patch_hook(
     src_rows: int | Sequence[int] | Int[torch.Tensor, "n"],
     dst_rows: int | Sequence[int] | Int[torch.Tensor, "n"],
-    src_pos: int | Sequence[int] | Int[torch.Tensor, "n"] | None = None,
-    dst_pos: int | Sequence[int] | Int[torch.Tensor, "n"] | None = None,
+    src_pos: int | Sequence[int] | Int[torch.Tensor, "*n_pos"] | None = None,
+    dst_pos: int | Sequence[int] | Int[torch.Tensor, "*n_pos"] | None = None,
 ) -> Callable:
     """A hook that copies `act[src_rows, src_pos]` into `act[dst_rows, dst_pos]` in the same pass.
 

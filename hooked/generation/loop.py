@@ -268,7 +268,7 @@ class _StepRecorder:
 
 
 def stitch_attention(
-    chunks: Sequence[Float[torch.Tensor, "batch head q_new k_total"]], fill: float
+    chunks: Sequence[Float[torch.Tensor, "batch head _q_new _k_total"]], fill: float
 ) -> Float[torch.Tensor, "batch head pos pos"]:
     """Place each step's query rows `[k_total - q_new, k_total)` of a square, the rest `fill`."""
     n = chunks[-1].shape[-1]
@@ -631,7 +631,7 @@ def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
 
 def generate(
     model,
-    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    input: str | list[str] | Int[torch.Tensor, "*batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
     max_new_tokens: int = 10,
     stop_at_eos: bool = True,
     eos_token_id: int | list[int] | None = None,
@@ -729,7 +729,7 @@ def generate(
 
 def generate_stream(
     model,
-    input: str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
+    input: str | list[str] | Int[torch.Tensor, "*batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
     max_new_tokens: int = 10,
     stop_at_eos: bool = True,
     eos_token_id: int | list[int] | None = None,

@@ -128,7 +128,7 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
 
     # -- tokens ------------------------------------------------------------------------
     def to_tokens(
-        self, input: str | list[str], move_to_device: bool = True, truncate: bool = True
+        self, input: str | list[str] | list[list[str]], move_to_device: bool = True, truncate: bool = True
     ) -> tuple[Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"], Int[torch.Tensor, "batch pos"]]:
         """`(tokens, token_type_ids, attention_mask)`, padded as the tokenizer pads (BERT: right),
         truncated to `n_ctx`."""

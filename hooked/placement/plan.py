@@ -23,7 +23,7 @@ def plan_device_map(
     n_layers: int,
     n_devices: int | None = None,
     *,
-    max_memory: Mapping[str | int, int] | None = None,
+    max_memory: Mapping[str | int, int | str] | None = None,
     sizes: Mapping[str, int] | None = None,
     devices: list[str] | None = None,
 ) -> dict[str, str]:
@@ -128,7 +128,7 @@ def _runs_needed(weights: list[int], cap: int, parts: int) -> int:
     return runs
 
 
-def _memory_budgets(max_memory: Mapping[str | int, int]) -> list[tuple[str, float]]:
+def _memory_budgets(max_memory: Mapping[str | int, int | str]) -> list[tuple[str, float]]:
     """`[(device, bytes)]`: accelerators in the given order, then cpu, then disk (unbounded)."""
     budgets = []
     for key, value in max_memory.items():

@@ -45,7 +45,7 @@ def clean_token_strings(tokens: list[str]) -> list[str]:
     return [clean_token_string(t) for t in tokens]
 
 
-def batch_examples(examples: list[dict], batch_size: int) -> list[list[dict]]:
+def batch_examples(examples: list, batch_size: int) -> list[list]:
     """Consecutive batches of `batch_size` examples (the last one may be shorter)."""
     return [examples[i : i + batch_size] for i in range(0, len(examples), batch_size)]
 

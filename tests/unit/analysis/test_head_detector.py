@@ -61,6 +61,7 @@ def test_exact_previous_token_pattern_scores_one(model):
     assert (score.flatten()[1:] == -1).all()  # heads not asked for
 
 
+@pytest.mark.unchecked  # a wrongly typed argument on purpose: the library's own error, which the checks would preempt
 def test_heads_dict_prompt_list_and_validation(model):
     scores = detect_head(model, PROMPT, "induction_head", heads={1: [0, 3]})
     assert (scores[0] == -1).all() and scores[1, 1] == -1 and scores[1, 0] >= 0
@@ -102,6 +103,7 @@ def test_repeated_random_tokens_batch_averages_the_rows(model):
     )
 
 
+@pytest.mark.unchecked  # a wrongly typed argument on purpose: the library's own error, which the checks would preempt
 def test_a_cache_of_another_input_is_refused(model):
     from hooked.core.errors import InputError
 

@@ -96,6 +96,7 @@ def test_no_parameter_gradient_is_left_behind():
     assert all(p.grad is None for p in model.parameters())
 
 
+@pytest.mark.unchecked  # a wrongly typed argument on purpose: the library's own error, which the checks would preempt
 def test_bad_arguments_name_the_problem():
     model = tiny_hooked("gpt2")
     clean, corrupted = token_pair()

@@ -235,6 +235,7 @@ def test_registering_a_known_architecture_again_is_refused_and_names_the_convert
         registry.register_model_class_architecture("LlamaForCausalLM", "HookedEncoder", *_fns())
 
 
+@pytest.mark.unchecked  # wrong types on purpose: the library's own message is under test, not the shape checker's
 def test_a_name_listed_twice_or_a_bare_string_is_refused():
     from hooked.loading import registry
 

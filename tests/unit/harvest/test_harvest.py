@@ -22,6 +22,7 @@ def _cache_batches(model, contexts: list[torch.Tensor], batch_size: int, pad_id:
         yield cache, mask.bool()
 
 
+@pytest.mark.unchecked  # dill pickles the checked closure for the workers: beartype's wrapper cannot be pickled
 def test_concat_rows_equal_run_with_cache_bitwise_and_tokens_follow_tokenize_and_concatenate(
     model, corpus_dir, tmp_path
 ):

@@ -170,6 +170,7 @@ def test_weight_processing_refuses_a_replaced_component():
         model.process_weights_()
 
 
+@pytest.mark.unchecked  # torch.compile: dynamo cannot trace beartype's wrappers
 def test_a_compiled_block_runs_in_place_of_the_block():
     model = tiny_model()
     ref = model(TOKENS)

@@ -74,6 +74,7 @@ def test_post_norm_attention_is_one_node_per_layer():
     assert {e["node"] for e in data["edges"] if e["port"]} <= {"a0", "a1"}
 
 
+@pytest.mark.unchecked  # a wrongly typed argument on purpose: the library's own error, which the checks would preempt
 def test_empty_circuit_and_bad_arguments(scored):
     empty = scored.copy()
     empty.in_graph = torch.zeros_like(empty.valid)

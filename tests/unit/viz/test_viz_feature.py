@@ -119,6 +119,7 @@ def test_a_dashboard_on_a_per_head_hook_and_without_a_tokenizer(reader):
     assert ex["value"] == pytest.approx(float(norms.max()), rel=1e-5)
 
 
+@pytest.mark.unchecked  # a wrongly typed argument on purpose: the library's own error, which the checks would preempt
 def test_bad_arguments_name_the_problem(reader, sae):
     W_enc, b_enc, _ = sae
     with pytest.raises(InputError, match="Unknown hook"):
