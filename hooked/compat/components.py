@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float
 
+from hooked.compat.utilities import ActivationFunctionFactory
 from hooked.components import (  # noqa: F401
     MLP,
     Attention,
@@ -49,8 +50,6 @@ class CanBeUsedAsMLP(nn.Module):
 
     def select_activation_function(self) -> None:
         """Set `act_fn` from `cfg.act_fn`; SoLU-LN also gets `hook_mid` and `ln`."""
-        from hooked.compat.factories import ActivationFunctionFactory
-
         self.act_fn = ActivationFunctionFactory.pick_activation_function(self.cfg)
         if self.cfg.is_layer_norm_activation():
             self.hook_mid = HookPoint()

@@ -16,6 +16,7 @@ from hooked.compat.utils import (  # noqa: F401
 )
 from hooked.components.activations import solu  # noqa: F401
 from hooked.components.attention import project
+from hooked.core.config import HookedTransformerConfig
 
 __path__: list[str] = []
 SUPPORTED_ACTIVATIONS = ACTIVATION_FN_DICT
@@ -87,3 +88,15 @@ def get_best_available_device(cfg) -> torch.device:
 
 def move_to_and_update_config(model, device_or_dtype, print_details: bool = True):
     return model.to(device_or_dtype, print_details=print_details)
+
+
+class ActivationFunctionFactory:
+    @staticmethod
+    def pick_activation_function(cfg: HookedTransformerConfig):
+        if cfg.act_fn is None:
+            raise ValueError("act_fn not set when trying to select Activation Function")
+        if cfg.act_fn == "xielu":  # trainable: an instance, so its parameters register on the MLP
+            return XIELU()
+        if cfg.act_fn not in ACTIVATION_FN_DICT:
+            raise ValueError(f"Invalid activation function name: {cfg.act_fn}")
+        return ACTIVATION_FN_DICT[cfg.act_fn]
