@@ -77,7 +77,7 @@ def make_qk_norm(cfg: HookedTransformerConfig, n_heads: int) -> LayerNormPre | R
     return norm
 
 
-def apply_qk_norm(norm: nn.Module, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
+def apply_qk_norm(norm: LayerNormPre | RMSNormPre, x: Float[torch.Tensor, "batch pos head d_head"]) -> torch.Tensor:
     """`norm` per head (`norm.length == d_head`) or over all heads at once (full width)."""
     if norm.length == x.shape[-1]:
         return norm(x)
