@@ -60,7 +60,7 @@ class _LazyBlocks:
 
 
 class RemoteModel(TokenizerMixin, WeightViewsMixin):
-    blocks: _LazyBlocks  # pyright: ignore[reportIncompatibleVariableOverride] - fetched on use, not a ModuleList
+    blocks: _LazyBlocks  # fetched on use, not a ModuleList
     """A model on a `hooked serve` server, with the `HookedTransformer` calls a course script uses.
 
     Hooks must be `hooked.analysis.interventions` objects; metrics of patching and attribution must be
