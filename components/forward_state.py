@@ -25,7 +25,7 @@ class ForwardState:
         positions: `[batch or 1, n_queries]` position ids of the new tokens.
         n_queries, n_keys: new positions in this call; cached + new positions.
         causal: False for bidirectional attention.
-        step: 0 for a prefill, t for the t-th generated token.
+        step: 0 for a prefill, t for the t-th generated token (None inside a compiled decode step).
         past_kv_cache: the `HookedTransformerKeyValueCache` in use, if any.
         tokens: the input tokens, when the call started from tokens.
         query_columns: `[n_queries]` key columns the new positions are written to; None
@@ -41,7 +41,7 @@ class ForwardState:
     n_queries: int
     n_keys: int
     causal: bool = True
-    step: int = 0
+    step: int | None = 0
     past_kv_cache: Any = None
     tokens: Int[torch.Tensor, "batch n_queries"] | None = None
     query_columns: Int[torch.Tensor, "n_queries"] | None = None

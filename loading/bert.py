@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.common import ACT_FN_NAMES, act_fn_name, strip_prefix  # noqa: F401  (ACT_FN_NAMES: importable from here before)
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_model_class_architecture
 
@@ -32,7 +32,7 @@ def convert_bert_config(hf) -> dict:
         raise NotImplementedError("A BERT configured as a decoder (is_decoder=True) is not supported by HookedEncoder")
     return encoder_config(
         hf, hf.hidden_size, hf.num_attention_heads, hf.intermediate_size, hf.num_hidden_layers, hf.layer_norm_eps,
-        ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act), "BertForMaskedLM",
+        act_fn_name(hf.hidden_act), "BertForMaskedLM",
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -36,6 +36,20 @@ MAX_HEADER_BYTES = 100_000_000
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 
+@runtime_checkable
+class ReadsMeta(Protocol):
+    """A state dict that gives a tensor's shape and dtype from its header, without reading the data."""
+
+    def meta(self, key: str) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class NamesFiles(Protocol):
+    """A state dict that knows the checkpoint file each tensor is stored in (for error messages)."""
+
+    def file_of(self, key: str) -> Any: ...
+
+
 class SafetensorsStateDict(Mapping):
     """A lazy state dict over `.safetensors` files: a tensor is read from disk when indexed.
 
@@ -61,7 +75,8 @@ class SafetensorsStateDict(Mapping):
         buffer = tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else None
         with open(path, "rb") as f:
             f.seek(data_start + begin)
-            if buffer is not None and f.readinto(buffer) != end - begin:
+            # numpy's stubs declare the buffer protocol (__buffer__) only for Python >= 3.12
+            if buffer is not None and f.readinto(buffer) != end - begin:  # pyright: ignore[reportArgumentType]
                 raise CheckpointError(f"{path}: truncated data for tensor {key}; the file is incomplete")
         return tensor
 

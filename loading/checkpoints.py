@@ -111,5 +111,7 @@ def resolve_checkpoint(
         checkpoint_value=step,
         checkpoint_label_type="step",
     )
-    directory = revision_dir(pythia_repo_id(model_name), revision, hf_kwargs.get("cache_dir"), hf_kwargs.get("token"))
+    repo_id = pythia_repo_id(model_name)
+    assert repo_id is not None  # checkpoint_revision found a revision: the model is a Pythia model
+    directory = revision_dir(repo_id, revision, hf_kwargs.get("cache_dir"), hf_kwargs.get("token"))
     return str(directory), fields

@@ -11,6 +11,11 @@ from jaxtyping import Float
 ACT_FN_NAMES = {"swish": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new"}
 
 
+def act_fn_name(hf_name: str) -> str:
+    """hooked's `act_fn` for an HF activation name (most names are the same)."""
+    return ACT_FN_NAMES.get(hf_name, hf_name)
+
+
 class PrefixView(Mapping):
     """A read-only view of a state dict with a key prefix removed (lazy: nothing is loaded)."""
 
@@ -121,7 +126,7 @@ def per_layer_type_rope(hf, local_type: str = "sliding_attention", global_type: 
         return dict(rotary_base=base, rotary_scaling=scaling)
     base, scaling = hf_rope_parameters(hf, layer_type=global_type)
     fields = dict(rotary_base=base, rotary_scaling=scaling)
-    if local_type in params:
+    if params is not None and local_type in params:  # (is_per_layer_type is False for None)
         local_base, local_scaling = hf_rope_parameters(hf, layer_type=local_type)
         fields.update(rotary_base_local=local_base, rotary_scaling_local=local_scaling)
     return fields

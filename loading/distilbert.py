@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from hooked.loading.bert import encoder_config
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.common import ACT_FN_NAMES, act_fn_name, strip_prefix  # noqa: F401  (ACT_FN_NAMES: importable from here before)
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_model_class_architecture
 
@@ -20,7 +20,7 @@ EPS = 1e-12  # hard-coded in HF's DistilBERT
 
 
 def convert_distilbert_config(hf) -> dict:
-    act = ACT_FN_NAMES.get(hf.activation, hf.activation)
+    act = act_fn_name(hf.activation)
     return encoder_config(hf, hf.dim, hf.n_heads, hf.hidden_dim, hf.n_layers, EPS, act, "DistilBertForMaskedLM")
 
 

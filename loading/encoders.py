@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 from hooked.loading import bert, distilbert  # noqa: F401  (registers the encoder converters)
 from hooked.loading.checkpoint import load_tokenizer
 from hooked.loading.pretrained import hf_architecture, resolve_source
@@ -46,7 +48,7 @@ def load_encoder(
     hf_model=None,
     tokenizer=None,
     device: str | None = None,
-    dtype="float32",
+    dtype: str | torch.dtype = "float32",
     move_to_device: bool = True,
     **kwargs,
 ):

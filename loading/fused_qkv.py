@@ -25,7 +25,8 @@ def split_qkv_interleaved(
     """`[head * 3 * d_head, ...]` laid out `[head, (q, k, v), d_head]` -> q, k, v each `[head * d_head, ...]`."""
     rest = fused.shape[1:]
     per_head = fused.reshape(n_heads, 3, d_head, *rest)  # [head, qkv, d_head, ...]
-    return tuple(per_head[:, i].reshape(n_heads * d_head, *rest) for i in range(3))
+    q, k, v = (per_head[:, i].reshape(n_heads * d_head, *rest) for i in range(3))
+    return q, k, v
 
 
 def split_qkv_blocks(
@@ -35,4 +36,5 @@ def split_qkv_blocks(
     sizes = [n_heads * d_head, n_kv_heads * d_head, n_kv_heads * d_head]
     if fused.shape[0] != sum(sizes):
         raise ValueError(f"Fused QKV has {fused.shape[0]} output rows; expected {' + '.join(map(str, sizes))}")
-    return tuple(fused.split(sizes, dim=0))
+    q, k, v = fused.split(sizes, dim=0)
+    return q, k, v

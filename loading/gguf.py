@@ -149,7 +149,7 @@ def gguf_to_hf_checkpoint(
             "format_version": CONVERSION_FORMAT_VERSION,
             "source_gguf": gguf_file.name,
             "source_size_bytes": gguf_file.stat().st_size,
-            "architectures": list(config.architectures),
+            "architectures": list(config.architectures or ()),  # (_read_config sets them)
             "dtype": "float32",
             "tokenizer": tokenizer_info,
             "transformers_version": _transformers_version(),
@@ -181,11 +181,12 @@ def _transformers_progress(show: bool):
     if show or bar is None:
         yield
         return
-    reader.tqdm = functools.partial(bar, disable=True)
+    # (setattr: the module re-exports tqdm without declaring it, so the type checker calls it private)
+    setattr(reader, "tqdm", functools.partial(bar, disable=True))  # noqa: B010
     try:
         yield
     finally:
-        reader.tqdm = bar
+        setattr(reader, "tqdm", bar)  # noqa: B010
 
 
 # --------------------------------------------------------------------------- validation
@@ -237,7 +238,7 @@ def _read_config(gguf_file: Path):
         str(gguf_file.parent), gguf_file=gguf_file.name, local_files_only=True, trust_remote_code=False
     )
     model_cls = AutoModelForCausalLM._model_mapping[type(config)]
-    config.architectures = [model_cls.__name__]
+    config.architectures = [model_cls.__name__]  # pyright: ignore[reportAttributeAccessIssue] - transformers types its lazy mapping's values loosely; they are classes
     config.dtype = torch.float32
     return config, model_cls
 

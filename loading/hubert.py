@@ -87,7 +87,7 @@ def folded_positional_kernel(hf: Mapping[str, torch.Tensor]) -> torch.Tensor:
         g, v = hf[p + "weight_g"], hf[p + "weight_v"]
     else:
         return hf[p + "weight"]
-    return torch._weight_norm(v, g, 2)
+    return torch._weight_norm(v, g, 2)  # pyright: ignore[reportPrivateImportUsage] - torch's stubs do not export it; HF's weight norm computes this
 
 
 def _frontend(hf: Mapping[str, torch.Tensor], hf_config) -> dict[str, torch.Tensor]:

@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping
 import torch
 import torch.nn as nn
 
-from hooked.core.dtypes import cast_parameter
+from hooked.core.dtypes import cast_parameter, parameter_requires_grad
 from hooked.core.errors import WeightShapeError
 from hooked.loading.streaming import iter_processed_parts, processing_steps
+from hooked.placement.dispatch import model_cfg
 
 logger = logging.getLogger(__name__)
 
@@ -120,19 +121,17 @@ def _place(
         module = model.get_submodule(module_name)
         placed.add(key)
         if device == "disk" and leaf not in module._buffers:
-            _offload(cast_parameter(module, leaf, tensor, model.cfg.dtype), key, folder, index)
+            _offload(cast_parameter(module, leaf, tensor, model_cfg(model).dtype), key, folder, index)
             continue
         target = device if device != "disk" else "cpu"
-        if tied and key == "unembed.W_U" and model.embed.W_E.device == torch.device(target):
-            module._parameters[leaf] = nn.Parameter(
-                model.embed.W_E.T, requires_grad=module._parameters[leaf].requires_grad
-            )
+        if tied and key == "unembed.W_U" and (w_e := model.get_parameter("embed.W_E")).device == torch.device(target):
+            module._parameters[leaf] = nn.Parameter(w_e.T, requires_grad=parameter_requires_grad(module, leaf))
             continue
-        tensor = cast_parameter(module, leaf, tensor, model.cfg.dtype, target)
+        tensor = cast_parameter(module, leaf, tensor, model_cfg(model).dtype, target)
         if leaf in module._buffers:
             module._buffers[leaf] = tensor
         else:
-            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
+            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=parameter_requires_grad(module, leaf))
     return placed
 
 

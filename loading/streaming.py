@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
+from hooked.loading.checkpoint import NamesFiles, ReadsMeta
 from hooked.loading.validation import convert_checked
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)\.")
@@ -62,11 +63,13 @@ class PartView(Mapping):
         return len(self.state)
 
     def file_of(self, key: str):
-        return self.state.file_of(key)  # used by error messages when the state is a checkpoint
+        if not isinstance(self.state, NamesFiles):  # used by error messages when the state is a checkpoint
+            raise AttributeError(f"{type(self.state).__name__} does not record the file of each tensor")
+        return self.state.file_of(key)
 
 
 def _meta(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
-    if hasattr(state, "meta"):
+    if isinstance(state, ReadsMeta):
         return state.meta(key)
     if key not in state:
         raise KeyError(key)
@@ -110,7 +113,9 @@ def _process(sd: dict[str, torch.Tensor], cfg, steps: list[str], part: Part) -> 
     cfg.dtype = torch.float32  # processing stores float32; the placement casts once (as process_state_dict)
     for step in steps:
         sd = apply_step(sd, cfg, step)
-        if step == "fold_ln":  # what convert_norms_to_pre does to the model's config
+        if (
+            step == "fold_ln" and cfg.normalization_type is not None
+        ):  # what convert_norms_to_pre does to the model's config
             cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)
         cfg.weight_processing = cfg.weight_processing + (step,)
     out = {k: v for k, v in sd.items() if converted_part(k) == part}

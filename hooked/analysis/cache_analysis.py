@@ -727,7 +727,9 @@ class CacheAnalysisMixin:
         Returns:
             Logits `[component, batch, pos, d_vocab_out]` (and the labels).
         """
-        stack, labels = self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
+        stack, labels = _labelled(
+            self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
+        )
         norm = getattr(self.model, "ln_final", nn.Identity())
         logits = torch.stack([self.model.unembed(norm(c)) for c in stack], dim=0)  # [component, *bp, d_vocab_out]
         return (logits, labels) if return_labels else logits
@@ -797,20 +799,29 @@ class CacheAnalysisMixin:
                 stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
             return stack if project_2d is None else stack @ project_2d.to(stack.dtype)
 
-        heads, labels = self.stack_head_results(
-            layer + int(mlp_input), pos_slice=pos_slice, return_labels=True, freeze_post_norm=freeze_post_norm
+        heads, labels = _labelled(
+            self.stack_head_results(
+                layer + int(mlp_input), pos_slice=pos_slice, return_labels=True, freeze_post_norm=freeze_post_norm
+            )
         )
         parts = [finish(heads)]
         if not self.model.cfg.attn_only and layer > 0:
             if expand_neurons:
-                neurons, neuron_labels = self.stack_neuron_results(
+                neurons, neuron_labels = _labelled(self.stack_neuron_results(
                     layer, pos_slice=pos_slice, return_labels=True, apply_ln=apply_ln,
                     project_output_onto=project_2d, mlp_input=mlp_input, freeze_post_norm=freeze_post_norm,
-                )  # fmt: skip
+                ))  # fmt: skip
                 parts.append(neurons)
             else:
-                mlps, neuron_labels = self.decompose_resid(
-                    layer, mlp_input=mlp_input, mode="mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True
+                mlps, neuron_labels = _labelled(
+                    self.decompose_resid(
+                        layer,
+                        mlp_input=mlp_input,
+                        mode="mlp",
+                        pos_slice=pos_slice,
+                        incl_embeds=False,
+                        return_labels=True,
+                    )
                 )
                 parts.append(finish(mlps))
             labels += neuron_labels
@@ -824,11 +835,18 @@ class CacheAnalysisMixin:
         parts.append(finish(bias))
         labels.append("bias")
         stack = torch.cat(parts, dim=0)
-        if apply_ln and proj is None and len(parts) and normalized_by(parts[0]) is not None:
-            mark_normalized(stack, normalized_by(parts[0]))
+        how = normalized_by(parts[0]) if apply_ln and proj is None and len(parts) else None
+        if how is not None:
+            mark_normalized(stack, how)
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         return (stack, labels) if return_labels else stack
+
+
+def _labelled(result: torch.Tensor | tuple[torch.Tensor, list[str]]) -> tuple[torch.Tensor, list[str]]:
+    """`(stack, labels)` from a method called with `return_labels=True` (its declared return type is a union)."""
+    assert isinstance(result, tuple)
+    return result
 
 
 def _check_token_axes(directions: torch.Tensor, scaled: torch.Tensor) -> None:

@@ -120,16 +120,16 @@ def detect_head(
     options: dict[str, Any] = dict(
         exclude_bos=exclude_bos, exclude_current_token=exclude_current_token, error_measure=error_measure
     )
+    prompts: str | list[str] | torch.Tensor | list[torch.Tensor] = seq
     if isinstance(seq, torch.Tensor):
-        seq = _token_rows(seq, cfg.d_vocab)
-        if len(seq) == 1:
-            seq = seq[0]
-    if isinstance(seq, list):
+        rows = _token_rows(seq, cfg.d_vocab)
+        prompts = rows[0] if len(rows) == 1 else rows
+    if isinstance(prompts, list):
         if cache is not None:
             raise InputError("detect_head takes a cache only for a single prompt")
-        scores = [detect_head(model, s, detection_pattern, heads, **options) for s in seq]
+        scores = [detect_head(model, s, detection_pattern, heads, **options) for s in prompts]
         return torch.stack(scores).mean(0)
-    tokens = seq[None] if isinstance(seq, torch.Tensor) else model.to_tokens(seq)  # [1, pos]
+    tokens = prompts[None] if isinstance(prompts, torch.Tensor) else model.to_tokens(prompts)  # [1, pos]
     seq_len = tokens.shape[-1]
     if isinstance(detection_pattern, str):
         if detection_pattern not in HEAD_NAMES:

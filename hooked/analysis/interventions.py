@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import torch
 from jaxtyping import Float
@@ -470,7 +470,8 @@ def from_spec(spec: dict, tensors: dict[str, torch.Tensor], depth: int = 0) -> I
         items = spec.get("items")
         if depth > 0 or not isinstance(items, list) or set(spec) != {"op", "items"}:
             raise InputError("a chain spec is {'op': 'chain', 'items': [...]} and cannot nest")
-        return Chain([from_spec(item, tensors, depth + 1) for item in items])
+        # (a chain item is never a Chain: from_spec refuses a chain below depth 0)
+        return Chain(cast("list[Intervention]", [from_spec(item, tensors, depth + 1) for item in items]))
     cls = OPS.get(op)
     if cls is None:
         raise InputError(f"unknown intervention op {op!r}; known: {sorted(OPS)} and 'chain'")

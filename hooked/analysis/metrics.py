@@ -122,7 +122,7 @@ def projection(direction: torch.Tensor, pos: int = -1) -> Projection:
     return Projection(direction, pos)
 
 
-def from_spec(spec: dict, tensors: dict[str, torch.Tensor]) -> Metric:
+def from_spec(spec: object, tensors: dict[str, torch.Tensor]) -> Metric:
     """Rebuild a metric from `to_spec`'s output; anything else raises `InputError`."""
     if not isinstance(spec, dict):
         raise InputError(f"a metric spec must be an object, got {spec!r:.60}")

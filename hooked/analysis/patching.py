@@ -382,6 +382,13 @@ get_act_patch_attn_head_v_all_pos = _partial(layer_head_vector_patch_setter, "v"
 get_act_patch_attn_head_pattern_all_pos = _partial(layer_head_pattern_patch_setter, "pattern", ("layer", "head_index"))
 
 
+def _metric_values(result: object) -> torch.Tensor:
+    """The metric tensor of one `get_act_patch_*` call inside a `*_every` function."""
+    if not isinstance(result, torch.Tensor):
+        raise PatchingError("the get_act_patch_*_every functions stack plain results: do not pass return_index_df=True")
+    return result
+
+
 def _pad_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Zero-pad the last (head) axis up to `n_heads` (GQA k/v have fewer heads)."""
     return torch.nn.functional.pad(x, (0, n_heads - x.shape[-1]))
@@ -402,7 +409,7 @@ def get_act_patch_attn_head_all_pos_every(
             get_act_patch_attn_head_pattern_all_pos,
         )
     ]
-    return torch.stack([_pad_heads(p, H) for p in parts], dim=0)
+    return torch.stack([_pad_heads(_metric_values(p), H) for p in parts], dim=0)
 
 
 def get_act_patch_attn_head_by_pos_every(
@@ -420,8 +427,8 @@ def get_act_patch_attn_head_by_pos_every(
         )
     ]
     pattern = get_act_patch_attn_head_pattern_by_pos(model, corrupted_tokens, clean_cache, metric, **kwargs)
-    parts.append(pattern.transpose(1, 2))  # [L, H, dest_pos] -> [L, dest_pos, H]
-    return torch.stack([_pad_heads(p, H) for p in parts], dim=0)
+    parts.append(_metric_values(pattern).transpose(1, 2))  # [L, H, dest_pos] -> [L, dest_pos, H]
+    return torch.stack([_pad_heads(_metric_values(p), H) for p in parts], dim=0)
 
 
 def get_act_patch_block_every(
@@ -429,4 +436,6 @@ def get_act_patch_block_every(
 ) -> Float[torch.Tensor, "3 layer pos"]:
     """resid_pre, attn_out and mlp_out patched per position: `[3, L, pos]`."""
     fns = (get_act_patch_resid_pre, get_act_patch_attn_out, get_act_patch_mlp_out)
-    return torch.stack([fn(model, corrupted_tokens, clean_cache, metric, **kwargs) for fn in fns], dim=0)
+    return torch.stack(
+        [_metric_values(fn(model, corrupted_tokens, clean_cache, metric, **kwargs)) for fn in fns], dim=0
+    )

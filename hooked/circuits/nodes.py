@@ -40,7 +40,7 @@ def split_inputs(model) -> Iterator[None]:
 def sender_hooks(model, graph: Graph, fn: SenderFn) -> list[tuple[str, Callable]]:
     """Forward hooks calling `fn` with each sender group's output `[batch, pos, n, d_model]`."""
     cfg, index = model.cfg, graph.sender_index
-    hooks = [("blocks.0.hook_resid_pre", lambda act, hook: fn(0, act[:, :, None]))]
+    hooks: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", lambda act, hook: fn(0, act[:, :, None]))]
     for layer in range(cfg.n_layers):
         block = model.blocks[layer]
         if heads_are_senders(cfg):
@@ -111,6 +111,7 @@ def collect_outputs_and_inputs(
     hooks = sender_hooks(model, graph, save) + receiver_hooks(model, graph, save_input)
     with torch.no_grad(), split_inputs(model):
         model.run_with_hooks(tokens, attention_mask=attention_mask, return_type=None, fwd_hooks=hooks)
+    assert out[0] is not None  # the embedding sender's hook (blocks.0.hook_resid_pre) always runs
     return out[0], inputs
 
 

@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import sys
 import types
+from typing import Any, cast
 
 TL_VERSION = "2.18.0"
 
@@ -141,7 +142,8 @@ class _MetadataFinder:
 def _installed_transformer_lens() -> bool:
     others = (f for f in sys.meta_path if f is not _MetadataFinder and hasattr(f, "find_distributions"))
     context = importlib.metadata.DistributionFinder.Context(name="transformer-lens")
-    return any(next(iter(f.find_distributions(context)), None) is not None for f in others)
+    # (MetaPathFinderProtocol does not declare find_distributions: only the hasattr above knows it is there)
+    return any(next(iter(cast(Any, f).find_distributions(context)), None) is not None for f in others)
 
 
 def alias_transformer_lens(strict: bool = False) -> list[str]:

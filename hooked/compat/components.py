@@ -72,7 +72,7 @@ class GptOssExpert(ClampedSwiGLUExpert):
 
     def __init__(self, cfg: HookedTransformerConfig | dict):
         cfg = HookedTransformerConfig.unwrap(cfg)
-        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT), cfg.d_mlp)
+        super().__init__(cfg.replace(swiglu_limit=cfg.swiglu_limit or GPT_OSS_LIMIT), cfg.mlp_width)
 
 
 class GptOssMoE(moe.GptOssMoE):

@@ -72,7 +72,9 @@ def get_pretrained_model_config(
         cfg = cfg.replace(n_ctx=n_ctx)
     if fold_ln:
         cfg = cfg.replace(
-            normalization_type={"LN": "LNPre", "RMS": "RMSPre"}.get(cfg.normalization_type, cfg.normalization_type)
+            normalization_type={"LN": "LNPre", "RMS": "RMSPre"}.get(
+                cfg.normalization_type or "", cfg.normalization_type
+            )
         )
     return cfg
 

@@ -20,7 +20,7 @@ runs nnsight's per-instance forward, and one nnsight waits on counts as an editi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from jaxtyping import Int
@@ -28,6 +28,9 @@ from jaxtyping import Int
 from hooked.core.errors import InputTypeError
 from hooked.generation.loop import generate_stream
 from hooked.models.tokenization import pad_rows
+
+if TYPE_CHECKING:
+    from hooked.models.hooked_transformer import HookedTransformer
 
 try:
     from nnsight import NNsight
@@ -95,7 +98,8 @@ class HookedNNsight(NNsight):
         if isinstance(data, (str, list)):
             prepend_bos = kwargs.pop("prepend_bos", None)
             options = {} if prepend_bos is None else {"prepend_bos": prepend_bos}
-            data, mask = self._module.to_tokens(data, padding_side="left", return_attention_mask=True, **options)
+            model = cast("HookedTransformer", self._module)
+            data, mask = model.to_tokens(data, padding_side="left", return_attention_mask=True, **options)
         if not isinstance(data, torch.Tensor) or data.is_floating_point():
             kind = "float tensor" if isinstance(data, torch.Tensor) else type(data).__name__
             raise InputTypeError(
@@ -134,5 +138,6 @@ class HookedNNsight(NNsight):
             except StopIteration as done:
                 output = done.value
                 break
+            assert isinstance(new, torch.Tensor)  # return_type="tokens" streams token tensors
             streamer.put(new[:, 0])
         return self.generator(output, hook=True)

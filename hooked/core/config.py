@@ -371,12 +371,22 @@ class HookedTransformerConfig:
     @property
     def attn_types_or_global(self) -> list[str]:
         """`attn_types`, or `"global"` for every layer without local attention."""
-        return self.attn_types if self.use_local_attn else ["global"] * self.n_layers
+        if not self.use_local_attn:
+            return ["global"] * self.n_layers
+        assert self.attn_types is not None  # __post_init__ refuses use_local_attn without attn_types
+        return self.attn_types
+
+    @property
+    def mlp_width(self) -> int:
+        """`d_mlp` as an int: `__post_init__` fills it in for every model with MLP layers."""
+        if self.d_mlp is None:
+            raise ConfigError("this config has no MLP layers (attn_only=True), so no d_mlp")
+        return self.d_mlp
 
     def _count_params(self) -> int:
         n = self.n_layers * 4 * self.d_model * self.d_head * self.n_heads
         if not self.attn_only:
-            mlp = self.d_model * self.d_mlp * (2 + int(self.gated_mlp))
+            mlp = self.d_model * self.mlp_width * (2 + int(self.gated_mlp))
             n += self.n_layers * mlp * (self.num_experts or 1)
         return n
 

@@ -14,6 +14,14 @@ import torch.nn as nn
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
+def parameter_requires_grad(module: torch.nn.Module, leaf: str) -> bool:
+    """`requires_grad` of the parameter `leaf` of `module`, which a loader is about to replace."""
+    param = module._parameters[leaf]
+    if param is None:
+        raise ValueError(f"{type(module).__name__}.{leaf} is registered as None: there is no parameter to load into")
+    return param.requires_grad
+
+
 def cast_parameter(
     module: nn.Module, leaf: str, tensor: torch.Tensor, dtype: torch.dtype, device: torch.device | str | None = None
 ) -> torch.Tensor:

@@ -17,7 +17,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn as nn
@@ -334,7 +334,7 @@ class HookedRootModule(nn.Module):
         for name, module in self.named_modules():
             if name == "":
                 continue
-            module.name = name
+            setattr(module, "name", name)  # noqa: B010 - a plain attribute; nn.Module's __setattr__ is typed for Tensor/Module
             self.mod_dict[name] = module
             if isinstance(module, HookPoint):
                 self.hook_dict[name] = module
@@ -368,6 +368,12 @@ class HookedRootModule(nn.Module):
             raise HookNotEnabledError(self.hook_enable_hint(hp))
         return hp
 
+    def _hook_name(self, key: str) -> str:
+        """The full name of the hook point `key` looks up (an alias resolves to its target)."""
+        name = self._lookup(key).name
+        assert name is not None  # setup() names every hook point it indexes
+        return name
+
     def hook_enable_hint(self, hp: HookPoint) -> str:
         """The message for a disabled optional hook point: which flag turns it on (models may refine it)."""
         return (
@@ -387,10 +393,10 @@ class HookedRootModule(nn.Module):
         if names_filter is None:
             return [n for n, hp in self.hook_dict.items() if self.is_active(hp)]
         if isinstance(names_filter, str):
-            return [self._lookup(names_filter).name]
+            return [self._hook_name(names_filter)]
         if callable(names_filter):
             return [n for n, hp in self.hook_dict.items() if self.is_active(hp) and names_filter(n)]
-        return [self._lookup(n).name for n in names_filter]
+        return [self._hook_name(n) for n in names_filter]
 
     # -- adding and removing -------------------------------------------------------
     def check_hooks_to_add(self, hook_point, hook_point_name, hook, dir="fwd", is_permanent=False, prepend=False):
@@ -430,7 +436,7 @@ class HookedRootModule(nn.Module):
             self._enable_hooks_for_points(self.hook_dict.items(), name, hook, dir)
 
     def _enable_hook_with_name(self, name: str, hook: HookFunction, dir: Literal["fwd", "bwd"]) -> None:
-        self.mod_dict[name].add_hook(hook, dir=dir, level=self.context_level)
+        cast(HookPoint, self.mod_dict[name]).add_hook(hook, dir=dir, level=self.context_level)
 
     def _enable_hooks_for_points(self, hook_points, enabled: Callable[[str], bool], hook, dir) -> None:
         for name, hook_point in hook_points:
@@ -551,7 +557,7 @@ class HookedRootModule(nn.Module):
                 if index is not None and hook.pos_axis is not None:
                     axis = hook.pos_axis - 1 if remove_batch_dim else hook.pos_axis
                     t = t[(slice(None),) * axis + (index,)]
-                cache[hook.name + key_suffix] = t if device is None else t.to(device)
+                cache[f"{hook.name}{key_suffix}"] = t if device is None else t.to(device)
 
             save.reads_only = key_suffix == ""  # a forward saver never changes the activation
             return save

@@ -249,7 +249,9 @@ class Slice:
     def apply(self, tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Index `tensor` along `dim` (an int drops that axis)."""
         index: list[Any] = [slice(None)] * tensor.ndim
-        index[dim] = self.slice.to(tensor.device) if self.mode == "array" else self.slice
+        index[dim] = (
+            self.slice.to(tensor.device) if isinstance(self.slice, torch.Tensor) else self.slice
+        )  # "array" mode
         return tensor[tuple(index)]
 
     def indices(self, max_ctx: int | None = None) -> Int[torch.Tensor, "n"]:
@@ -311,15 +313,15 @@ def row_patch_hook(
     the hook's position axis (`hook.pos_axis`); None copies every position. It equals the
     two-pass version as long as nothing upstream modified the source rows.
     """
-    src_rows, dst_rows = _as_index(src_rows), _as_index(dst_rows)
-    src_pos = slice(None) if src_pos is None else _as_index(src_pos)
-    dst_pos = slice(None) if dst_pos is None else _as_index(dst_pos)
+    src_at, dst_at = _as_index(src_rows), _as_index(dst_rows)
+    src_cols = slice(None) if src_pos is None else _as_index(src_pos)
+    dst_cols = slice(None) if dst_pos is None else _as_index(dst_pos)
 
     def hook(act: torch.Tensor, hook) -> torch.Tensor:
         if act.requires_grad:
             act = act.clone()
         moved = act.movedim(getattr(hook, "pos_axis", None) or 1, 1)  # [batch, pos, ...], a view of act
-        moved[dst_rows, dst_pos] = moved[src_rows, src_pos].clone()
+        moved[dst_at, dst_cols] = moved[src_at, src_cols].clone()
         return act
 
     return hook

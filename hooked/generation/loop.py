@@ -89,7 +89,10 @@ class Prompt:
 
     @property
     def input(self) -> torch.Tensor:
-        return self.tokens if self.tokens is not None else self.embeds
+        if self.tokens is not None:
+            return self.tokens
+        assert self.embeds is not None  # a prompt is either tokens or embeddings
+        return self.embeds
 
     @property
     def batch(self) -> int:
@@ -138,7 +141,9 @@ def prepare_prompt(
         check_token_range(tokens, model.cfg.d_vocab, "input")
         if mask is None:
             mask = model._infer_mask(tokens, prepend_bos, padding_side, None, None)
-    shape = (tokens if tokens is not None else embeds).shape[:2]
+    fed = tokens if tokens is not None else embeds
+    assert fed is not None  # each input kind above sets tokens or embeds
+    shape = fed.shape[:2]
     if shape[1] == 0:
         raise ValueError("generate needs at least one prompt position (pass prepend_bos=True for an empty string)")
     mask = torch.ones(shape, dtype=torch.long, device=device) if mask is None else mask.to(device).long()
@@ -323,6 +328,7 @@ def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progre
     history, history_mask = progress.history()
     next_tokens = sample_next_token(logits, history, history_mask, **opts.sampling)
     if opts.stop_ids is not None:
+        assert opts.pad_id is not None  # _stop_tokens sets both or neither
         next_tokens = next_tokens.masked_fill(progress.finished, opts.pad_id)
     return next_tokens
 
@@ -337,11 +343,11 @@ def _name_decode_hook_errors(step: int, one_position: bool):
     try:
         yield
     except (RuntimeError, IndexError) as e:
-        hook_point = getattr(e, "hook_point_name", None)
+        hook_point, hook_fn = getattr(e, "hook_point_name", None), getattr(e, "hook_fn_name", None)
         if step == 0 or not one_position or hook_point is None:
             raise
         raise GenerationHookError(
-            f"Hook {e.hook_fn_name!r} on {hook_point!r} failed at generation step {step}: decode steps feed only "
+            f"Hook {hook_fn!r} on {hook_point!r} failed at generation step {step}: decode steps feed only "
             f"the newest token, so activations there are [batch, 1, ...] ({type(e).__name__}: {e}). To edit the "
             "prompt only, wrap the hook: hooked.core.utils.at_steps(hook, 0); to edit every step, index positions "
             "from the end (act[:, -1]) or use model.forward_state.positions."
@@ -552,7 +558,7 @@ def _format(model, progress: _Progress, return_type: str):
         return torch.cat([prompt.embeds, new_embeds], dim=1)  # [batch, prompt + new, d_model]
 
 
-def _structured(model, progress: _Progress, recorder: _StepRecorder | None) -> GenerationOutput:
+def _structured(model, progress: _Progress, recorder: _StepRecorder | StaticRecorder | None) -> GenerationOutput:
     """Assemble the `GenerationOutput` (outside inference mode: every tensor is a fresh, ordinary one)."""
     cache = None
     if recorder is not None:

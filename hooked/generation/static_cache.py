@@ -74,6 +74,8 @@ class AddVector(nn.Module):
     `vector` is `[d]` for an activation `[..., d]`; it runs inside a compiled decode step.
     """
 
+    vector: torch.Tensor  # a buffer: follows the model's .to()
+
     def __init__(self, vector: Float[torch.Tensor, "d"], coefficient: float = 1.0):
         super().__init__()
         self.register_buffer("vector", vector.detach().clone())

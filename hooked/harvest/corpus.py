@@ -70,7 +70,7 @@ class Corpus:
             )
         return files
 
-    def _dataset(self):
+    def _dataset(self) -> Any:  # any iterable of dict rows (a datasets.Dataset, a list, a generator)
         if self.path is None:
             return self.source
         import datasets  # only for saved datasets

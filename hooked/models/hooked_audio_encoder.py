@@ -89,7 +89,7 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
 
     def to_frames(
         self,
-        raw_inputs: torch.Tensor | list,
+        raw_inputs: torch.Tensor | list | tuple,
         sampling_rate: int = 16000,
         move_to_device: bool = True,
         one_zero_attention_mask: Int[torch.Tensor, "batch samples"] | None = None,

@@ -143,7 +143,10 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
         )
         types = enc.get("token_type_ids")  # tokenizers without segments (RoBERTa-style) return none: all 0
         out = (enc["input_ids"], torch.zeros_like(enc["input_ids"]) if types is None else types, enc["attention_mask"])
-        return tuple(t.to(self.cfg.device) for t in out) if move_to_device else out
+        if not move_to_device:
+            return out
+        tokens, token_types, mask = (t.to(self.cfg.device) for t in out)
+        return tokens, token_types, mask
 
     # -- forward -----------------------------------------------------------------------
     def encoder_output(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -144,7 +144,7 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
             keep = one_zero_attention_mask.to(self.device)[:, None, None, :]  # [batch, 1, 1, pos]
             additive = (1.0 - keep.to(self.cfg.dtype)) * torch.finfo(self.cfg.dtype).min
         n = tokens.shape[1]
-        bias = self.encoder[0].attn.compute_relative_attention_bias(n, n, device=self.device)
+        bias = cast(T5Block, self.encoder[0]).attn.compute_relative_attention_bias(n, n, device=self.device)
         for block in self.encoder:
             resid = block(resid, additive_attention_mask=additive, position_bias=bias)
         return self.encoder_final_ln(resid), additive
@@ -161,7 +161,8 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
         past = caches[0].length if caches else 0
         n = decoder_tokens.shape[1]
         resid = self.embed(decoder_tokens)  # [batch, decoder_pos, d_model]
-        bias = self.decoder[0].attn.compute_relative_attention_bias(n, past + n, device=self.device, past_length=past)
+        first = cast(T5Block, self.decoder[0])
+        bias = first.attn.compute_relative_attention_bias(n, past + n, device=self.device, past_length=past)
         for layer, block in enumerate(self.decoder):
             resid = block(
                 resid,
@@ -216,7 +217,7 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
                 )
                 for _ in self.decoder
             ]
-            cross = [block.cross_attn.project_kv(encoder_resid) for block in self.decoder]
+            cross = [cast(T5Block, block).cross_attn.project_kv(encoder_resid) for block in self.decoder]
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         self.eval()
         for _ in tqdm.tqdm(range(max_new_tokens), disable=not verbose):
@@ -238,6 +239,8 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
             if stop_tokens and bool(finished.all()):
                 break
         if return_type == "str" or (return_type == "input" and as_string):
+            if self.tokenizer is None:
+                raise ValueError("return_type='str' needs a tokenizer: pass tokenizer= or use return_type='tokens'")
             return self.tokenizer.decode(decoder_input[0], skip_special_tokens=True)
         return decoder_input
 

@@ -22,7 +22,7 @@ from hooked.components.forward_state import ForwardState
 from hooked.components.norms import make_norm
 from hooked.components.post_norm_block import block_class
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.dtypes import cast_parameter
+from hooked.core.dtypes import cast_parameter, parameter_requires_grad
 from hooked.core.errors import AttentionMaskError, ConfigError, InputError, TokenError
 from hooked.core.hook_points import HookedRootModule, HookPoint
 from hooked.core.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
@@ -308,7 +308,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             if leaf in module._buffers:  # a persistent buffer (xIELU's beta, eps)
                 module._buffers[leaf] = tensor
                 continue
-            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=module._parameters[leaf].requires_grad)
+            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=parameter_requires_grad(module, leaf))
         if tied:
             self.unembed._parameters["W_U"] = nn.Parameter(self.embed.W_E.T)
 
@@ -432,6 +432,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             )
             self.forward_state.tokens = tokens
         state = self.forward_state
+        assert state is not None  # input_to_embed or _make_state has just set it
         for block in self.blocks[start_at_layer:stop_at_layer]:
             residual = block(residual, state, shortformer_pos_embed)
         if (
@@ -499,7 +500,9 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             check_token_range(
                 tokens, self.cfg.d_vocab, "input" if isinstance(input, torch.Tensor) else "input's tokens"
             )
-        batch, n_new = (tokens if tokens is not None else embeds).shape[:2]
+        fed = tokens if tokens is not None else embeds
+        assert fed is not None  # the input was tokens (or text) or embeddings
+        batch, n_new = fed.shape[:2]
         state = self.forward_state = self._make_state(batch, n_new, attention_mask, past_kv_cache, step=step)
         if hasattr(self, "pos_embed") and state.n_keys > self.cfg.n_ctx:
             raise TokenError(
@@ -575,7 +578,8 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
     def input_device(self) -> torch.device:
         """Where the embedding computes: tokens, masks and positions start there (on a split model too)."""
         device = self.embed.W_E.device
-        return device if device.type != "meta" else execution_device(self.embed)
+        # (the embedding has a parameter, so execution_device finds a device)
+        return device if device.type != "meta" else (execution_device(self.embed) or device)
 
     def _make_state(self, batch: int, n_new: int, attention_mask, past_kv_cache, step=None) -> ForwardState:
         device = self.input_device

@@ -68,7 +68,9 @@ def encode_rows(tokenizer, texts: list[str], prepend_bos: bool) -> list[list[int
     """
     bos = bos_token_id(tokenizer) if prepend_bos else None
     rows = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [[bos] + list(ids) if prepend_bos and (not ids or ids[0] != bos) else list(ids) for ids in rows]
+    if bos is None:
+        return [list(ids) for ids in rows]
+    return [[bos] + list(ids) if not ids or ids[0] != bos else list(ids) for ids in rows]
 
 
 def pad_rows(

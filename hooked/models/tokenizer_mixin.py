@@ -7,6 +7,7 @@ config nor the tokenizer is ever mutated by a call.
 from __future__ import annotations
 
 import copy
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -70,6 +71,40 @@ class TokenizerMixin:
         side = self.default_padding_side if padding_side is USE_DEFAULT_VALUE or padding_side is None else padding_side
         return bool(bos), side
 
+    # (the overloads tell the type checker that only return_attention_mask=True returns a pair)
+    @overload
+    def to_tokens(
+        self,
+        input: str | list[str],
+        prepend_bos=...,
+        padding_side=...,
+        move_to_device: bool = ...,
+        truncate: bool = ...,
+        *,
+        return_attention_mask: Literal[False] = ...,
+    ) -> torch.Tensor: ...
+    @overload
+    def to_tokens(
+        self,
+        input: str | list[str],
+        prepend_bos=...,
+        padding_side=...,
+        move_to_device: bool = ...,
+        truncate: bool = ...,
+        *,
+        return_attention_mask: Literal[True],
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    @overload
+    def to_tokens(
+        self,
+        input: str | list[str],
+        prepend_bos=...,
+        padding_side=...,
+        move_to_device: bool = ...,
+        truncate: bool = ...,
+        *,
+        return_attention_mask: bool,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
     def to_tokens(
         self,
         input: str | list[str],
@@ -148,7 +183,9 @@ class TokenizerMixin:
 
     def to_single_str_token(self, int_token: int) -> str:
         check_token_range(torch.tensor([int_token]), self._vocab_size(), "int_token")
-        return self.to_str_tokens(torch.tensor([int_token]))[0]
+        token = self.to_str_tokens(torch.tensor([int_token]))[0]
+        assert isinstance(token, str)  # one 1-D sequence decodes to a list of strings
+        return token
 
     def get_token_position(
         self, single_token, input, mode: str = "first", prepend_bos=USE_DEFAULT_VALUE, padding_side=USE_DEFAULT_VALUE

@@ -8,7 +8,7 @@ weights in place of the old ones.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -22,13 +22,17 @@ StateDict = dict[str, torch.Tensor]
 def check_components_not_replaced(model: torch.nn.Module) -> None:
     """Raise `ReplacedModuleError` if a part weight processing rewrites is not one of hooked's own modules."""
     parts = ["embed", "unembed", "ln_final"]
-    parts += [f"blocks.{i}.{name}" for i in range(len(model.blocks)) for name in ("attn", "mlp", "ln1", "ln2")]
+    n_blocks = len(cast(torch.nn.ModuleList, model.blocks))
+    parts += [f"blocks.{i}.{name}" for i in range(n_blocks) for name in ("attn", "mlp", "ln1", "ln2")]
     for path in parts:
         try:
             module = model.get_submodule(path)
         except AttributeError:
             continue  # absent in this architecture (no ln_final, attention-only blocks)
-        if isinstance(module, torch.nn.Identity) and model.cfg.normalization_type is None:
+        if (
+            isinstance(module, torch.nn.Identity)
+            and cast(HookedTransformerConfig, model.cfg).normalization_type is None
+        ):
             continue  # the norm slot of a norm-free model
         if not type(module).__module__.startswith("hooked."):
             raise ReplacedModuleError(
@@ -63,7 +67,7 @@ class WeightProcessingMixin:
         calling this twice equals calling it once. Refused once a component was replaced by a
         module of another package (its weights would be missed or misread): process first, then replace.
         """
-        check_components_not_replaced(self)
+        check_components_not_replaced(cast(torch.nn.Module, self))  # the host is a HookedTransformer
         self.load_and_process_state_dict(
             self.state_dict(),
             fold_ln=fold_ln,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 import torch.nn as nn
 
+from hooked.core.config import HookedTransformerConfig
 from hooked.placement.plan import OFFLOAD_DEVICES, check_contiguous, devices_in_order, plan_device_map
 
 logger = logging.getLogger(__name__)
@@ -34,13 +36,18 @@ def require_accelerate():
     return accelerate
 
 
+def model_cfg(model: nn.Module) -> HookedTransformerConfig:
+    """The `cfg` of a hooked model (this layer sits below `hooked.models`, so models arrive as `nn.Module`)."""
+    return cast(HookedTransformerConfig, model.cfg)
+
+
 # -- parts and sizes ---------------------------------------------------------------------------
 def model_parts(model: nn.Module) -> list[str]:
     """Names of the model's top-level parts that hold tensors, in forward order (`blocks` expanded)."""
     parts = []
     for name, child in model.named_children():
         if name == "blocks":
-            parts.extend(f"blocks.{i}" for i in range(len(child)))
+            parts.extend(f"blocks.{i}" for i in range(len(cast(nn.ModuleList, child))))
         elif any(True for _ in child.parameters()) or any(True for _ in child.buffers()):
             parts.append(name)
     return parts
@@ -76,8 +83,8 @@ def resolve_device_map(
     Returns:
         `{part: device}` (devices such as `"cuda:0"`, `"cpu"`, `"disk"`), or None.
     """
-    n_layers = model.cfg.n_layers
-    sizes = part_sizes(model, model.cfg.dtype)
+    n_layers = model_cfg(model).n_layers
+    sizes = part_sizes(model, model_cfg(model).dtype)
     if isinstance(device_map, Mapping):
         return _complete_user_map(model, device_map)
     if device_map is None and max_memory is None:
@@ -109,7 +116,7 @@ def _complete_user_map(model: nn.Module, device_map: Mapping[str, str | int]) ->
         if owner is None:
             raise ValueError(f"device_map gives no device for {part!r}: name it (or its parent, or '' for all)")
         out[part] = named[owner]
-    check_contiguous(out, model.cfg.n_layers)
+    check_contiguous(out, model_cfg(model).n_layers)
     return out
 
 
@@ -171,8 +178,8 @@ def dispatch(
     main = main_device(device_map)
     accelerate.dispatch_model(
         model,
-        device_map=device_map,
-        main_device=main,
+        device_map=cast("dict[str, str | int | torch.device]", device_map),  # accelerate's dict is invariant
+        main_device=main,  # pyright: ignore[reportArgumentType] - accelerate annotates torch.device, reads "cpu"/"cuda:0" too
         offload_dir=offload_folder,
         offload_index=offload_index,
         skip_keys=SKIP_KEYS,
@@ -181,8 +188,8 @@ def dispatch(
         # weights directly (an MoE's router and experts), which per-submodule hooks would leave on `meta`
         preload_module_classes=sorted({type(model.get_submodule(part)).__name__ for part in device_map}),
     )
-    model.hf_device_map = device_map
-    model.cfg.device = main
+    setattr(model, "hf_device_map", device_map)  # noqa: B010 - a plain attribute; nn.Module's __setattr__ is typed for Tensor/Module
+    model_cfg(model).device = main
     logger.info("Dispatched %d parts over %s", len(device_map), devices_in_order(device_map))
     return model
 

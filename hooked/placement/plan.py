@@ -34,7 +34,7 @@ def plan_device_map(
         n_devices: split over `cuda:0` ... `cuda:{n_devices-1}` (or `devices`), balanced:
             with default sizes block counts differ by at most one, earlier devices taking the
             extra blocks; with byte `sizes` the largest device load is as small as possible.
-        max_memory: HF's meaning, `{device: bytes}` (ints are CUDA indices, `"cpu"` is RAM).
+        max_memory: HF's meaning, `{device: bytes or "200MB"}` (ints are CUDA indices, `"cpu"` is RAM).
             Accelerators are filled in order, then `"cpu"`, then the rest goes to `"disk"`.
         sizes: bytes per part, in forward order (default: `default_units(n_layers)`).
         devices: device names for `n_devices` (default `cuda:i`).
@@ -46,6 +46,7 @@ def plan_device_map(
     if n_devices is not None:
         devices = devices if devices is not None else [f"cuda:{i}" for i in range(n_devices)]
         return _balanced(units, _checked_devices(n_devices, devices, n_layers))
+    assert max_memory is not None  # exactly one of n_devices / max_memory is set (checked above)
     return _fill(units, _memory_budgets(max_memory))
 
 

@@ -60,6 +60,7 @@ class _LazyBlocks:
 
 
 class RemoteModel(TokenizerMixin, WeightViewsMixin):
+    blocks: _LazyBlocks  # fetched on use, not a ModuleList
     """A model on a `hooked serve` server, with the `HookedTransformer` calls a course script uses.
 
     Hooks must be `hooked.analysis.interventions` objects; metrics of patching and attribution must be
@@ -79,7 +80,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         self.cfg = HookedTransformerConfig.from_dict(cfg)
         self.hook_dict = {n: _HookInfo(n, info["pos_axes"].get(n)) for n in info["hook_names"]}
         self._inactive = set(info.get("inactive", ()))
-        self.tokenizer = None
+        self.tokenizer: Any = None  # a HF tokenizer or None (HF's stubs type decode() as str | list[str])
         if info["tokenizer_files"]:
             self.set_tokenizer(_tokenizer_from_files(info["tokenizer_files"]), info.get("padding_side", "right"))
         self.forward_state = None
@@ -341,6 +342,10 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
                 return sequences
             if kind_out != "str":
                 raise InputError(f"a remote generate returns 'input', 'str' or 'tokens', got {return_type!r}")
+            if self.tokenizer is None:
+                raise InputError(
+                    "return_type='str' needs a tokenizer and the server sent none: use return_type='tokens'"
+                )
             texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in sequences]
             return texts[0] if kind == "str" or (kind != "list" and len(texts) == 1) else texts
 
@@ -390,6 +395,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             )
         if index_df is None and index_axis_names is None:
             raise ValueError("Pass index_axis_names or index_df")
+        axis_names = list(index_axis_names or ())  # (used only without index_df, where it is given)
         if getattr(clean_cache, "tokens", None) is None:
             raise InputError("clean_cache must come from this remote model's run_with_cache (it records the tokens)")
         metric, metric_tensors = patching_metric.to_spec()
@@ -398,7 +404,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             "metric": metric,
             "setter": getattr(patch_setter, "__name__", ""),
             "activation": activation_name,
-            "axes": None if index_df is not None else list(index_axis_names),
+            "axes": None if index_df is not None else axis_names,
             "batch_size": batch_size,
         }
         tensors = {
@@ -425,7 +431,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
             shape = result.shape
             rows = list(itertools.product(*(range(n) for n in shape)))
-            index_df = patching._make_index_df(rows, index_axis_names)
+            index_df = patching._make_index_df(rows, axis_names)
         return result, index_df
 
     def remote_attribution_patch(
@@ -511,7 +517,7 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         return f"RemoteModel({self._http.base_url}, {self.cfg.model_name}, {self.cfg.n_layers} layers)"
 
 
-def _attr(module, name: str):
+def _attr(module, name: str) -> Any:
     for part in name.split("."):
         module = getattr(module, part)
     return module

@@ -143,7 +143,7 @@ def agree(error: BaseException | None, what: str) -> None:
     raise a secondary one-line error naming the failed rank(s).
     """
     report = None if error is None else (dist.get_rank(), describe(dist.get_rank(), error))
-    reports = [None] * dist.get_world_size()
+    reports: list[tuple[int, str] | None] = [None] * dist.get_world_size()
     try:
         dist.all_gather_object(reports, report)
     except RuntimeError as e:  # a peer closed its connection (crashed) or the group's timeout expired
@@ -257,6 +257,7 @@ def broadcast_tensor(tensor: torch.Tensor | None, src: int, device: torch.device
     if meta is None:
         raise PipelineError(f"rank {src} has no tensor to broadcast")
     if dist.get_rank() == src:
+        assert tensor is not None  # `meta` above came from this rank's tensor
         out = tensor.to(device)
         dist.broadcast(out.detach().contiguous(), src)  # only read here: autograd keeps `out`'s own graph
         return out

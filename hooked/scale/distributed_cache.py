@@ -41,7 +41,7 @@ class DistributedCacheDict(Mapping):
             local = self.local[name] if self.rank == owner else None
             with check_in(f"reading cache[{name!r}]", self.device):
                 shared = broadcast_tensor(local, owner, self.device)
-            self.fetched[name] = local if self.rank == owner else shared
+            self.fetched[name] = self.local[name] if self.rank == owner else shared
         return self.fetched[name]
 
     def __setitem__(self, name: str, value: torch.Tensor) -> None:

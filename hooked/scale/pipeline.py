@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -220,9 +221,11 @@ class PipelineTransformer(HookedTransformer):
         result = self._share_result(result, return_type)
         if track and not self.stage.is_last and stage_outs and all(out.requires_grad for out in stage_outs):
             if return_type == "both":
+                assert isinstance(result, Output)  # _share_result gives an Output for "both"
                 return Output(result.logits, self._check_in_backward(self._tie_to_stage(result.loss, stage_outs)))
-            result = self._tie_to_stage(result, stage_outs) if result is not None else None
+            result = self._tie_to_stage(result, stage_outs) if isinstance(result, torch.Tensor) else None
         elif track and self.stage.is_last and return_type == "both":
+            assert isinstance(result, Output)  # _share_result gives an Output for "both"
             return Output(result.logits, self._check_in_backward(result.loss))
         return self._check_in_backward(result) if track and isinstance(result, torch.Tensor) else result
 
@@ -243,7 +246,7 @@ class PipelineTransformer(HookedTransformer):
     def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start=None, tokens=None):
         """Rank 0 embeds (or takes the residual entering block `start`); every rank gets the tokens and
         mask and builds the same `ForwardState`."""
-        residual, info = None, None
+        residual, info, first_error = None, None, None
         if self.stage.is_first:
             try:
                 if start is None:
@@ -265,7 +268,9 @@ class PipelineTransformer(HookedTransformer):
             mask = None if info["mask"] is None else info["mask"].to(self.device)
             self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
             self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
-        return residual, self.forward_state
+        state = self.forward_state
+        assert state is not None  # input_to_embed (rank 0) or _make_state (above) has just set it
+        return residual, state
 
     def _residual_input(self, residual, start: int, tokens, attention_mask):
         """`(residual, mask)` for `start_at_layer`, checked as `HookedTransformer.forward` checks them."""
@@ -311,7 +316,7 @@ class PipelineTransformer(HookedTransformer):
             upstream_failed = upstream_failed or x is None
             if mailbox is not None and x is not None:
                 x = SendGradBack.apply(x.requires_grad_(), mailbox, i)
-            if error is None and not upstream_failed:
+            if error is None and not upstream_failed and x is not None:  # (x is None only if upstream failed)
                 try:
                     x = self._run_blocks(x, _slice_state(state, sl), start, stop)
                     if is_end and stop is not None:
@@ -418,7 +423,8 @@ class PipelineTransformer(HookedTransformer):
         cache_dict = self.shared_cache_dict(parts.assemble())
         if not return_cache_object:
             return out, cache_dict
-        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
+        # DistributedCacheDict is a read-through Mapping that ActivationCache reads like its dict
+        cache = ActivationCache(cast("dict[str, torch.Tensor]", cache_dict), self, has_batch_dim=not remove_batch_dim)
         if self.forward_state is not None:
             cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
         return out, cache
@@ -476,7 +482,7 @@ def _slice_state(state: ForwardState, sl: slice) -> ForwardState:
 
     return ForwardState(
         rows(state.attention_mask),
-        rows(state.positions),
+        state.positions if state.positions.shape[0] == 1 else state.positions[sl],
         state.n_queries,
         state.n_keys,
         state.causal,

@@ -27,6 +27,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from hooked.core.errors import InputError
+from hooked.loading.checkpoint import NamesFiles, ReadsMeta
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class _Traced(torch.Tensor):
 
 def _meta_of(state: Mapping[str, torch.Tensor], key: str) -> torch.Tensor:
     """An empty meta tensor with the shape and dtype of `state[key]`, without reading it."""
-    if hasattr(state, "meta"):  # SafetensorsStateDict: from the header, nothing read
+    if isinstance(state, ReadsMeta):  # SafetensorsStateDict: from the header, nothing read
         return state.meta(key)
     return state[key].to("meta")
 
@@ -216,7 +217,7 @@ class StageStateView(Mapping):
         return len(self._state)
 
     def file_of(self, key: str):
-        return self._state.file_of(key) if hasattr(self._state, "file_of") else "hf_model's state dict"
+        return self._state.file_of(key) if isinstance(self._state, NamesFiles) else "hf_model's state dict"
 
 
 def meta_except_owned(state: dict[str, torch.Tensor], stage: Stage) -> dict[str, torch.Tensor]:
@@ -246,7 +247,7 @@ def checkpoint_fingerprint(state: Mapping[str, torch.Tensor], hf_config: Any) ->
     for key in sorted(state):
         meta = _meta_of(state, key)
         h.update(f"{key}:{tuple(meta.shape)}:{meta.dtype};".encode())
-    files = sorted({str(state.file_of(k)) for k in state}) if hasattr(state, "file_of") else []
+    files = sorted({str(state.file_of(k)) for k in state}) if isinstance(state, NamesFiles) else []
     for path in files:
         with open(path, "rb") as f:
             h.update(f.read(1 << 16))

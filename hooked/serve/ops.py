@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 import torch
 
@@ -61,6 +61,17 @@ class ServeLimits:
     max_patch_rows: int = 100_000
 
 
+T = TypeVar("T")
+
+
+@overload
+def _field(body: dict, key: str, kind: type[T], default: T, *, required: bool = ..., lo=..., hi=...) -> T: ...
+@overload
+def _field(
+    body: dict, key: str, kind: type[T], default: None = ..., *, required: Literal[True], lo=..., hi=...
+) -> T: ...
+@overload
+def _field(body: dict, key: str, kind: Any, default: Any = ..., *, required: bool = ..., lo=..., hi=...) -> Any: ...
 def _field(body: dict, key: str, kind, default=None, *, required=False, lo=None, hi=None):
     """`body[key]` if it has type `kind` (and lies in [lo, hi]); a 422 naming the field otherwise."""
     if key not in body or body[key] is None:
@@ -382,7 +393,7 @@ def attribution_job(model, user: str, body: dict, tensors: dict, limits: ServeLi
     method = _field(body, "method", str, "atp")
     if method not in ("atp", "ig"):
         raise WireError("method must be 'atp' or 'ig'", 422)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         method=method,
         steps=_field(body, "steps", int, 32, lo=1, hi=256),
         sum_batch=_field(body, "sum_batch", bool, False),

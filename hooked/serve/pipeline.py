@@ -63,7 +63,7 @@ def follow(model, options) -> None:
             logger.info("relayed job failed", extra={"kind": op, "error": f"{type(e).__name__}: {e}"[:200]})
 
 
-def run_relayed(model, op: str, body: dict, tensors: dict, options):
+def run_relayed(model, op: str | None, body: dict, tensors: dict, options):
     if op == "weights":
         return ops.weights_of(model, body["part"])
     if op == "inspect":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -29,12 +30,13 @@ def str_tokens_for(model_or_tokens, cache, tokens=None) -> list[str]:
     or `pos i`."""
     if tokens is None:
         tokens = getattr(cache, "tokens", None)
+    model: Any = model_or_tokens  # (a model with a tokenizer, in the branches that decode)
     if isinstance(model_or_tokens, (list, tuple)) and all(isinstance(t, str) for t in model_or_tokens):
         labels = list(model_or_tokens)
-    elif isinstance(tokens, str) and getattr(model_or_tokens, "tokenizer", None) is not None:
-        labels = model_or_tokens.to_str_tokens(tokens)
-    elif tokens is not None and getattr(model_or_tokens, "tokenizer", None) is not None:
-        labels = model_or_tokens.to_str_tokens(torch.as_tensor(tokens).reshape(-1))
+    elif isinstance(tokens, str) and getattr(model, "tokenizer", None) is not None:
+        labels = model.to_str_tokens(tokens)
+    elif tokens is not None and getattr(model, "tokenizer", None) is not None:
+        labels = model.to_str_tokens(torch.as_tensor(tokens).reshape(-1))
     else:
         labels = [f"pos {i}" for i in range(seq_len(cache))]
     if len(labels) != seq_len(cache):
@@ -52,8 +54,8 @@ def window(n: int, max_pos: int) -> tuple[slice, str | None]:
     return slice(start, n), f"showing the last {max_pos} of {n} positions ({start}..{n - 1}); raise max_pos to see more"
 
 
-def floats(t: torch.Tensor, digits: int | None = None) -> list:
-    """A tensor as nested Python floats for JSON (non-finite values become None)."""
+def floats(t: torch.Tensor, digits: int | None = None) -> list | float | None:
+    """A tensor as nested Python floats for JSON (non-finite values become None; a 0-d tensor gives one value)."""
 
     def clean(x: float):
         if not math.isfinite(x):

@@ -7,8 +7,9 @@ as a window of tokens around its maximum, coloured by the feature's activation o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from jaxtyping import Float
@@ -123,7 +124,7 @@ def _feature_fn(feature, row_shape: tuple[int, ...]) -> tuple[FeatureFn, str]:
         direction = feature.detach().float().cpu()
         return (lambda x: x @ direction), "direction"
     if callable(feature):
-        return feature, getattr(feature, "__name__", "feature").replace("<lambda>", "feature")
+        return cast(FeatureFn, feature), getattr(feature, "__name__", "feature").replace("<lambda>", "feature")
     raise InputTypeError(
         f"feature must be a [d] tensor, an SAELatent, (W_enc, b_enc, index) or a callable; got "
         f"{type(feature).__name__}."
@@ -230,7 +231,8 @@ def _labeller(model_or_tokenizer) -> Callable[[list[int]], list[str]]:
     if hasattr(m, "decode"):
         return lambda ids: [m.decode([i]) for i in ids]
     if callable(m):
-        return lambda ids: [str(t) for t in m(ids)]
+        decode = cast(Callable[[list[int]], Iterable[Any]], m)  # a user's ids -> labels function
+        return lambda ids: [str(t) for t in decode(ids)]
     raise InputTypeError(
         f"model_or_tokenizer must be a HookedTransformer, a tokenizer or a callable; got {type(m).__name__}."
     )
