@@ -11,6 +11,8 @@ import importlib
 import re
 from pathlib import Path
 
+from tests.unit.project.test_readme_layout import FAMILY_MODULES
+
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "architecture.md"
 SOURCE_FOLDERS = ("hooked", "components", "loading")
@@ -25,18 +27,9 @@ def named_paths(text: str) -> set[str]:
     return {p for p in re.findall(r"`([\w./-]+/[\w.-]+\.\w+)`", text)}
 
 
-def family_modules() -> set[str]:
-    """The loading/ modules that hold a family's converter (as tests/unit/project/test_readme_layout.py finds them)."""
-    import hooked.loading  # noqa: F401  (registers every converter)
-    from hooked.loading.registry import ARCHITECTURES, MODEL_CLASS_ARCHITECTURES
-
-    archs = [*ARCHITECTURES.values(), *(arch for _, arch in MODEL_CLASS_ARCHITECTURES.values())]
-    return {fn.__module__.rpartition(".")[2] for arch in archs for fn in (arch.config, arch.weights)}
-
-
 def unnamed_modules(text: str) -> list[str]:
     named = named_paths(text)
-    families = family_modules() if "`loading/<family>.py`" in text else set()
+    families = FAMILY_MODULES if "`loading/<family>.py`" in text else set()
     unnamed = []
     for folder in SOURCE_FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
