@@ -16,6 +16,7 @@ and `logit_attrs` uses a stack scaled by the final norm as it is.
 from __future__ import annotations
 
 import logging
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -88,6 +89,9 @@ def normalized_by(stack: torch.Tensor) -> Normalized | None:
 
 
 Stack = Float[torch.Tensor, "component *batch_and_pos d_model"]
+# What apply_ln_to_stack and logit_attrs accept: any leading axes that broadcast against the cache's
+# (`[component, batch, pos, d_model]`, `[batch, d_model]`, `[layer, head, batch, d_model]`, ...), as TransformerLens
+AnyStack = Float[torch.Tensor, "*stack d_model"]
 Projection = Float[torch.Tensor, "d_model"] | Float[torch.Tensor, "d_model n_outs"] | None
 
 
@@ -569,14 +573,14 @@ class CacheAnalysisMixin:
     # -- norms and logits ----------------------------------------------------------------
     def apply_ln_to_stack(
         self,
-        residual_stack: Stack,
+        residual_stack: AnyStack,
         layer: int | None = None,
         mlp_input: bool = False,
         pos_slice: SliceInput = None,
         batch_slice: SliceInput = None,
         has_batch_dim: bool = True,
         recompute_ln: bool = False,
-    ) -> Float[torch.Tensor, "component *kept d_model"]:
+    ) -> Float[torch.Tensor, "*stack_out d_model"]:
         """Rescale each component the way the norm reading the stream at `layer` scales their sum.
 
         A norm divides the whole residual stream by one scale, so each component's share of
@@ -586,12 +590,16 @@ class CacheAnalysisMixin:
         `recompute_ln` at the final layer instead applies `ln_final` to each component alone
         (the logit lens). Models without norms get the stack back unchanged.
 
-        The stack's axes between component and `d_model` must be the cached scale's after
-        `pos_slice` and `batch_slice` (e.g. `pos_slice=-1` for a stack of the last
-        position); a stack that was scaled already (`apply_ln=True`) is refused.
+        As in TransformerLens the stack is divided by the cached scale (after `pos_slice` and
+        `batch_slice`, e.g. `pos_slice=-1` for a stack of the last position) by broadcasting, so
+        any leading axes work: `[component, batch, pos, d_model]`, `[batch, d_model]`,
+        `[layer, head, batch, d_model]`. A stack the scale does not broadcast against is refused;
+        one it would enlarge gets TransformerLens's result and a warning; a stack that was scaled
+        already (`apply_ln=True`) is refused.
 
         Args:
-            residual_stack: components `[component, batch, pos, d_model]`.
+            residual_stack: components `[component, batch, pos, d_model]`, or any shape whose axes
+                before `d_model` end in the cache's batch/position axes as sliced.
             layer: whose reader norm: `ln1` of `layer`, or `ln_final` for None/-1/n_layers.
             mlp_input: use `ln2` of `layer` instead.
             pos_slice: the positions `residual_stack` holds, so the cached scale matches.
@@ -600,7 +608,7 @@ class CacheAnalysisMixin:
             recompute_ln: at the final layer, normalize each component with its own statistics.
 
         Returns:
-            The scaled stack, same shape.
+            The scaled stack, same shape (after `batch_slice`).
         """
         layer = self._final_layer(layer)
         norm, _ = self._reader_norm(layer, mlp_input)
@@ -622,27 +630,21 @@ class CacheAnalysisMixin:
         if how.recomputed:
             return mark_normalized(torch.stack([norm(c) for c in residual_stack], dim=0), how)  # [component, *bp, d]
         scale = self._cached_scale(layer, mlp_input, pos_slice, batch_slice)  # [*bp, 1]
-        if tuple(residual_stack.shape[1:-1]) != tuple(scale.shape[:-1]):
-            raise InputError(
-                f"apply_ln: the stack {tuple(residual_stack.shape)} has batch/position axes "
-                f"{tuple(residual_stack.shape[1:-1])}, but {how.reader}'s cached scale with "
-                f"pos_slice={_shown(pos_slice)} "
-                f"and batch_slice={_shown(batch_slice)} has {tuple(scale.shape[:-1])}: pass the pos_slice (and "
-                "batch_slice) the stack was built with, e.g. pos_slice=-1 for a stack of the last position"
-            )
+        what = f"{how.reader}'s cached scale with pos_slice={_shown(pos_slice)} and batch_slice={_shown(batch_slice)}"
+        _check_broadcast(residual_stack, scale, "apply_ln", what, _SLICE_FIX)
         if isinstance(norm, LayerNormPre):
             residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
         return mark_normalized(residual_stack / scale, how)
 
     def logit_attrs(
         self,
-        residual_stack: Stack,
+        residual_stack: AnyStack,
         tokens: str | int | Int[torch.Tensor, "..."],
         incorrect_tokens: str | int | Int[torch.Tensor, "..."] | None = None,
         pos_slice: SliceInput = None,
         batch_slice: SliceInput = None,
         has_batch_dim: bool = True,
-    ) -> Float[torch.Tensor, "component *kept"]:
+    ) -> Float[torch.Tensor, "*stack_out"]:
         """Direct logit attribution: each component's contribution to a token's logit (difference).
 
         The stack is scaled by the final norm's cached scale and dotted with
@@ -654,13 +656,16 @@ class CacheAnalysisMixin:
         A stack already scaled by the final norm (`apply_ln=True` at the last layer) is used
         as it is, not scaled twice (the logit lens's `accumulated_resid(apply_ln=True)`, which
         went through all of `ln_final`, gives each layer's logit-lens difference without
-        `b_U`); one scaled by another layer's norm is refused. The
-        tokens' shape must be the stack's batch/position axes, their batch axis alone (one
-        token per sequence, for every position), or a single token.
+        `b_U`); one scaled by another layer's norm is refused. As in TransformerLens the
+        stack may have any leading axes (see `apply_ln_to_stack`), and the token directions
+        multiply it by broadcasting: tokens shaped like the stack's batch/position axes, a
+        single token, or (beyond TransformerLens, which would broadcast them against the
+        position axis) one token per sequence `[batch]` for a stack of every position.
 
         Args:
             residual_stack: components `[component, batch, pos, d_model]` (from `decompose_resid`,
-                `stack_head_results`, ...), not yet scaled by the final norm.
+                `stack_head_results`, ...) or any stack `apply_ln_to_stack` takes
+                (`[batch, d_model]`, `[layer, head, batch, d_model]`), not yet scaled by the final norm.
             tokens: the answer: a string (one token), an id, or ids `[batch]` (one per example).
             incorrect_tokens: the wrong answer, same form: attribute the logit difference.
             pos_slice: the positions `residual_stack` was sliced to, so the cached scale matches.
@@ -694,11 +699,25 @@ class CacheAnalysisMixin:
             )
         else:
             scaled = Slice.unwrap(batch_slice).apply(residual_stack, dim=1) if has_batch_dim else residual_stack
-        _check_token_axes(directions, scaled)
-        per_example = directions.ndim == 2 and scaled.ndim == 4 and directions.shape[0] == scaled.shape[1]
-        if has_batch_dim and Slice.unwrap(batch_slice).mode != "int" and per_example:
-            directions = directions[:, None]  # [batch, 1, d_model]: one direction per example, all positions
+        if has_batch_dim and self._one_token_per_sequence(directions, scaled, pos_slice, batch_slice):
+            directions = directions[:, None]  # [batch, 1, d_model]: one direction per sequence, every position
+        _check_broadcast(scaled, directions, "logit_attrs", "the tokens' residual directions", _TOKENS_FIX)
         return (scaled * directions.to(scaled.dtype)).sum(-1)
+
+    def _one_token_per_sequence(
+        self, directions: torch.Tensor, stack: torch.Tensor, pos_slice: SliceInput, batch_slice: SliceInput
+    ) -> bool:
+        """Whether `directions` `[batch, d_model]` give one token per sequence of a stack that ends in the cached
+        forward's `[batch, pos]` axes (TransformerLens would broadcast them against the position axis instead)."""
+        batch_slice = Slice.unwrap(batch_slice)
+        if directions.ndim != 2 or batch_slice.mode == "int" or not self.has_batch_dim:
+            return False
+        reference = self.tokens if self.tokens is not None else self.cache_dict.get("hook_embed")
+        if reference is None:  # this cache cannot tell its axes: read the stack as [component, batch, pos, d_model]
+            return stack.ndim == 4 and directions.shape[0] == stack.shape[1]
+        reference = reference if reference.ndim == 2 else reference[..., 0]  # [batch, pos]
+        axes = tuple(batch_slice.apply(Slice.unwrap(pos_slice).apply(reference, dim=-1), dim=0).shape)
+        return len(axes) == 2 and tuple(stack.shape[-3:-1]) == axes and directions.shape[0] == axes[0]
 
     def _token_directions(self, tokens) -> Float[torch.Tensor, "... d_model"]:
         if isinstance(tokens, str):
@@ -849,17 +868,37 @@ def _labelled(result: torch.Tensor | tuple[torch.Tensor, list[str]]) -> tuple[to
     return result
 
 
-def _check_token_axes(directions: torch.Tensor, scaled: torch.Tensor) -> None:
-    """Token directions `[*tokens, d_model]` must fit a stack `[component, *batch_and_pos, d_model]` without
-    broadcasting the stack: the same axes, the batch axis alone, or a single token."""
-    tokens, axes = tuple(directions.shape[:-1]), tuple(scaled.shape[1:-1])
-    if tokens in ((), axes) or (len(tokens) == 1 and len(axes) == 2 and tokens[0] == axes[0]):
-        return
-    raise InputError(
-        f"logit_attrs: tokens of shape {tokens} do not fit the stack {tuple(scaled.shape)} (batch/position axes "
-        f"{axes}): pass one token per batch/position entry of the stack, one per sequence, or a single token; "
-        "for a stack of one position, slice it with pos_slice (e.g. pos_slice=-1)"
-    )
+def _check_broadcast(stack: torch.Tensor, other: torch.Tensor, op: str, what: str, fix: str) -> None:
+    """`other` (a cached scale `[*batch_and_pos, 1]`, or token directions `[*tokens, d_model]`) must broadcast
+    against `stack`, which it divides (multiplies).
+
+    TransformerLens divides and multiplies by broadcasting, so every stack that broadcasts is accepted, whatever
+    its leading axes (`[batch, d_model]`, `[layer, head, batch, d_model]`, ...); one that does not is refused,
+    naming the fix. Where broadcasting *enlarges* the stack (a size-1 axis meets a longer one) the result is
+    TransformerLens's, with a warning: rows of the stack then meet rows of the cache they were not built from.
+    """
+    try:
+        out = tuple(torch.broadcast_shapes(stack.shape, other.shape))
+    except RuntimeError:
+        raise InputError(
+            f"{op}: the stack {tuple(stack.shape)} and {what} {tuple(other.shape)} do not broadcast (the stack's "
+            f"axes between component and d_model are {tuple(stack.shape[1:-1])}): {fix}"
+        ) from None
+    if out != tuple(stack.shape):
+        warnings.warn(
+            f"{op}: {what} {tuple(other.shape)} broadcasts the stack {tuple(stack.shape)} up to {out}, as "
+            f"TransformerLens does, so rows of the stack meet rows of the cache they were not built from: {fix}",
+            stacklevel=3,
+        )
+
+
+_SLICE_FIX = (
+    "pass the pos_slice (and batch_slice) the stack was built with, e.g. pos_slice=-1 for a stack of the last position"
+)
+_TOKENS_FIX = (
+    "pass one token per batch/position entry of the stack, one per sequence, or a single token; for a stack of "
+    "one position, slice it with pos_slice (e.g. pos_slice=-1)"
+)
 
 
 def _shown(sl: Slice) -> str:
