@@ -89,7 +89,7 @@ def test_head_attribution_of_a_scaled_stack_is_not_scaled_twice(run):
         attrs = cache.logit_attrs(normed, correct, wrong, pos_slice=-1)
         want = cache.logit_attrs(cache.stack_head_results(layer=-1, pos_slice=-1), correct, wrong, pos_slice=-1)
         full = cache.stack_head_results(layer=-1)  # [270, batch, pos, d_model]
-        with pytest.raises(InputError, match=r"the stack \(270, 2, 576\) and ln_final's cached scale .* do not broadcast"):
+        with pytest.raises(InputError, match=r"stack \(270, 2, 576\) and ln_final's cached scale .* do not broadcast"):
             cache.logit_attrs(full[:, :, -1], tokens=correct, incorrect_tokens=wrong)
     assert attrs.shape == (model.cfg.n_layers * model.cfg.n_heads, 2)
     torch.testing.assert_close(attrs, want, atol=1e-5, rtol=0)

@@ -71,7 +71,7 @@ def test_a_stack_whose_positions_do_not_match_the_scale_is_refused(setup):
     with pytest.raises(InputError, match=r"the stack \(\d+, 2, 32\) and ln_final's cached scale with pos_slice=None "
                        r"and batch_slice=None \(2, 6, 1\) do not broadcast .*pos_slice=-1"):  # fmt: skip
         cache.logit_attrs(stack[:, :, -1], tokens=CORRECT, incorrect_tokens=WRONG)
-    with pytest.raises(InputError, match=r"stack \(\d+, 2, 6, 32\) and .*pos_slice=-1 and batch_slice=None \(2, 1\) do not"):
+    with pytest.raises(InputError, match=r"stack \(\d+, 2, 6, 32\) and .*pos_slice=-1 .* \(2, 1\) do not"):
         cache.logit_attrs(stack, CORRECT, WRONG, pos_slice=-1)
 
 
@@ -130,7 +130,7 @@ def test_logit_attrs_takes_the_course_stacks(setup):
 def test_tokens_that_would_broadcast_the_stack_are_refused(setup):
     _, tokens, _, cache = setup
     last = cache.decompose_resid(pos_slice=-1)  # [component, batch, d_model]
-    with pytest.raises(InputError, match=r"the stack \(\d+, 2, 32\) and the tokens' residual directions \(2, 6, 32\) do not broadcast"):
+    with pytest.raises(InputError, match=r"stack \(\d+, 2, 32\) and the tokens' .* \(2, 6, 32\) do not"):
         cache.logit_attrs(last, tokens, pos_slice=-1)
     assert cache.logit_attrs(last, CORRECT, pos_slice=-1).shape == (last.shape[0], 2)
     assert cache.logit_attrs(last, 4, pos_slice=-1).shape == (last.shape[0], 2)
