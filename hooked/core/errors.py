@@ -37,7 +37,8 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     ├── ReplacedModuleError (TypeError)                   a replaced component lacks what a weight view needs
     ├── CheckpointError (ValueError)                      a checkpoint file is corrupt or inconsistent
     │   ├── WeightShapeError                              a converted tensor disagrees with the config
-    │   └── UnsafeCheckpointError                         needs remote code, unpickling or a path outside it
+    │   ├── UnsafeCheckpointError                         needs remote code, unpickling or a path outside it
+    │   └── UnsupportedConfigError (NotImplementedError)  an HF config field the converter does not implement
     ├── BundledModelNotInstalledError (ModuleNotFoundError)  a bundled model's package is missing
     ├── DuplicateArchitectureError (ValueError)           an HF architecture class registered twice
     ├── HarvestWriteError (OSError)                       the harvest output directory cannot be written
@@ -166,6 +167,11 @@ class WeightShapeError(CheckpointError):
     """A converted tensor's shape differs from the shape the config implies."""
 
 
+class UnsupportedConfigError(CheckpointError, NotImplementedError):
+    """A checkpoint's HF config sets a field (a rope type, an attention variant, a routing mode) that the
+    family's converter does not implement: loading it would give a model that computes something else."""
+
+
 class UnsafeCheckpointError(CheckpointError):
     """Loading would run checkpoint code, unpickle data or read outside the checkpoint directory."""
 
@@ -265,6 +271,7 @@ __all__ = [
     "TokenizerError",
     "UnknownConfigFieldError",
     "UnsafeCheckpointError",
+    "UnsupportedConfigError",
     "WeightShapeError",
     "WireError",
 ]

@@ -1,0 +1,63 @@
+"""Converters refuse what they do not implement.
+
+A family converter reads the HF config fields it understands. A field it does not read can
+still change what the HF model computes (a rope type, an attention variant, a routing mode):
+loading such a checkpoint would give a model that runs, with other numbers. So each
+converter states, for every field whose values it implements only in part, which values it
+supports, and `require_supported` refuses any other with an `UnsupportedConfigError` naming
+the family, the field, the value and what is implemented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, NoReturn
+
+from hooked.core.errors import UnsupportedConfigError
+
+_UNSET = object()
+
+
+def refuse(family: str, field: str, value: Any, implemented: str) -> NoReturn:
+    """Raise `UnsupportedConfigError` for `config.field == value` of `family`; `implemented` says what is."""
+    raise UnsupportedConfigError(
+        f"{family}: config.{field}={value!r} is not implemented by hooked's converter ({implemented}); loading it "
+        f"would give a model that computes something else than the checkpoint. Use a checkpoint without it, or "
+        f"add it to the converter (docs/adding-an-architecture.md)."
+    )
+
+
+def require_supported(
+    hf: Any,
+    family: str,
+    field: str,
+    supported: Collection[Any] | Callable[[Any], bool],
+    default: Any = None,
+    describe: str | None = None,
+) -> Any:
+    """`getattr(hf, field, default)`, refused unless it is one of `supported` (or `supported(value)` is true).
+
+    `describe` says what is implemented when `supported` is a predicate (a collection describes itself).
+    """
+    value = getattr(hf, field, default)
+    ok = supported(value) if callable(supported) else value in supported
+    if not ok:
+        implemented = describe or f"supported: {', '.join(repr(v) for v in supported)}"  # type: ignore[union-attr]
+        refuse(family, field, value, implemented)
+    return value
+
+
+def require_rope_types(hf: Any, family: str, kinds: Collection[str], layer_type: str | None = None) -> None:
+    """Refuse a rope scaling kind (`rope_parameters["rope_type"]`, or 4.x's `rope_scaling`) not in `kinds`.
+
+    `"default"` (no scaling) must be listed to be accepted.
+    """
+    params = getattr(hf, "rope_parameters", None)
+    if params is None:
+        params = getattr(hf, "rope_scaling", None)
+    params = dict(params or {})
+    if layer_type is not None and isinstance(params.get(layer_type), dict):
+        params = dict(params[layer_type])
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind not in kinds:
+        refuse(family, "rope_parameters['rope_type']", kind, f"supported: {', '.join(sorted(kinds))}")
