@@ -24,7 +24,7 @@ def test_an_unsupported_value_is_refused_naming_family_field_value_and_what_is_i
 
 
 def test_rope_types_read_from_transformers_5_and_4():
-    require_rope_types(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1.0}), "Demo", {"default"})
+    require_rope_types(SimpleNamespace(rope_parameters={"rope_type": "default"}), "Demo", {"default"})
     require_rope_types(SimpleNamespace(rope_scaling={"type": "linear", "factor": 2.0}), "Demo", {"default", "linear"})
     with pytest.raises(UnsupportedConfigError, match=r"rope_type'\]='longrope' .*default, yarn"):
         require_rope_types(SimpleNamespace(rope_parameters={"rope_type": "longrope"}), "Demo", {"default", "yarn"})
