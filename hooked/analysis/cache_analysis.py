@@ -102,6 +102,7 @@ class CacheAnalysisMixin:
     model: Any
     cache_dict: dict[str, torch.Tensor]
     has_batch_dim: bool
+    tokens: torch.Tensor | None
 
     if TYPE_CHECKING:
 
