@@ -34,4 +34,9 @@ class PostNormBlock(TransformerBlock):
 
 
 def block_class(cfg) -> type[TransformerBlock]:
+    """The block of every layer: post-norm (OLMo-2/3), hybrid (a token mixer per `layer_types`), or pre-norm."""
+    if cfg.layer_types is not None:
+        from hooked.components.hybrid_block import HybridBlock
+
+        return HybridBlock
     return PostNormBlock if cfg.post_sublayer_norm else TransformerBlock

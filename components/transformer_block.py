@@ -15,6 +15,10 @@ from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
 
 
+#: the norm kind a post-sublayer norm keeps after fold_ln (it is never folded)
+_POST_NORM = {"LNPre": "LN", "RMSPre": "RMS"}
+
+
 class TransformerBlock(nn.Module):
     """Pre-norm block, sequential (`resid_mid` between sublayers), parallel, or attention-only.
 
@@ -26,32 +30,38 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer
+        self._init_attention(cfg, layer)
+        if not cfg.attn_only:
+            self._init_mlp(cfg, resid_mid=not cfg.parallel_attn_mlp)
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def _init_attention(self, cfg: HookedTransformerConfig, layer: int) -> None:
+        """`ln1`, the attention and its block-level hooks (`hook_resid_pre` ... `hook_attn_out`)."""
         self.ln1 = make_norm(cfg)
         attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
         self.attn = attn_cls(cfg, layer)
-        # post-sublayer norms are never folded: they keep their gain after fold_ln
-        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
-        if cfg.use_normalization_before_and_after:
-            self.ln1_post = make_norm(cfg, post_norm)
+        if cfg.use_normalization_before_and_after:  # post-sublayer norms keep their gain after fold_ln
+            self.ln1_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_in = HookPoint(requires="use_attn_in")  # [batch, pos, head, d_model]
         self.hook_q_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, head, d_model]
         self.hook_k_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
         self.hook_v_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
-        if not cfg.attn_only:
-            self.ln2 = make_norm(cfg)
-            if cfg.uses_moe:
-                self.mlp = make_moe(cfg)
-            else:
-                self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
-            if cfg.use_normalization_before_and_after:
-                self.ln2_post = make_norm(cfg, post_norm)
-            self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
-            self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
-            if not cfg.parallel_attn_mlp:
-                self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def _init_mlp(self, cfg: HookedTransformerConfig, resid_mid: bool) -> None:
+        """`ln2`, the MLP (dense, gated or mixture of experts) and its hooks; `hook_resid_mid` before it."""
+        self.ln2 = make_norm(cfg)
+        if cfg.uses_moe:
+            self.mlp = make_moe(cfg)
+        else:
+            self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
+        if cfg.use_normalization_before_and_after:
+            self.ln2_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
+        self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+        if resid_mid:
+            self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
 
     def forward(
         self,

@@ -21,6 +21,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     granite,
     hubert,
     llama,
+    mamba,
     moe,
     olmo,
     opt,

@@ -27,6 +27,10 @@ ACT_FNS = (
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
+#: the token mixers a block can hold (`layer_types`); `mlp` is a block with no token mixer (Nemotron-H)
+LAYER_TYPES = ("attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "mlp")
+#: the layer types that carry a state from one position to the next besides the residual stream
+RECURRENT_LAYER_TYPES = ("mamba", "mamba2", "gated_deltanet", "short_conv")
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 #: HF classes whose norms sit only after each sublayer: a config naming one is post-norm (`is_post_norm`)
 #: even without `post_sublayer_norm` (a TransformerLens config, which has no such field)
@@ -39,7 +43,8 @@ class HookedTransformerConfig:
 
     The fields are flat (TransformerLens's names, `cfg.x` reads, `to_dict`/`from_dict`, pickles)
     and grouped in sections: **shape** (sizes and block layout), **positions** (rotary, ALiBi,
-    relative bias), **attention**, **norms**, **MLP / mixture of experts**, **hook switches**
+    relative bias), **attention**, **norms**, **MLP / mixture of experts**, **recurrent layers** (the
+    token mixer of each block: state-space and hybrid models), **hook switches**
     (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
     half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
     **provenance** (where the weights came from) and **accepted for TransformerLens** (read but
@@ -159,6 +164,44 @@ class HookedTransformerConfig:
     swiglu_alpha: float = 1.702
     """GPT-OSS: the experts' activation is `gate * sigmoid(swiglu_alpha * gate)`."""
 
+    # -- recurrent layers: state-space and hybrid models (Mamba, Mamba-2, gated DeltaNet, LFM2) ------
+    layer_types: list[str] | None = None
+    """The token mixer of each block (length `n_layers`), one of `LAYER_TYPES`: `attention`, `mamba` (Mamba's
+    selective scan), `mamba2` (Mamba-2's SSD), `gated_deltanet` (Qwen3-Next, Qwen3.5), `short_conv` (LFM2), or
+    `mlp` (a block with an MLP and no token mixer, Nemotron-H); None: attention in every block. A hybrid model
+    is this list; see `recurrent_layers` and `attention_layers`."""
+    single_sublayer_blocks: bool = False
+    """Each block holds one sublayer: its token mixer, or for `mlp` layers its MLP (Mamba, Mamba-2, Nemotron-H);
+    False: a token mixer, then an MLP, as in a transformer block."""
+    ssm_d_state: int | None = None
+    """Mamba, Mamba-2: the state width N each channel carries (HF's `state_size`)."""
+    ssm_d_inner: int | None = None
+    """Mamba, Mamba-2: channels of the scan (Mamba: `expand * d_model`; Mamba-2: `ssm_n_heads * ssm_d_head`)."""
+    ssm_n_heads: int | None = None
+    """Mamba-2: heads of the scan, each with one scalar decay per position."""
+    ssm_n_groups: int = 1
+    """Mamba-2: groups of heads sharing one B and one C (and one group of the gated norm)."""
+    ssm_dt_rank: int | None = None
+    """Mamba: width of the low-rank step-size projection (`x_proj` -> dt, then `dt_proj`)."""
+    ssm_conv_kernel: int = 4
+    """Width of the depthwise causal convolution before the scan (Mamba, Mamba-2, gated DeltaNet, LFM2)."""
+    ssm_chunk_size: int = 256
+    """Mamba-2: positions per chunk of the SSD scan (HF's `chunk_size`; only the rounding depends on it)."""
+    ssm_dt_limit: tuple[float, float] = (0.0, float("inf"))
+    """Mamba-2: the step size is clamped to this range after the softplus (HF's `time_step_limit`)."""
+    ssm_act_fn: str = "silu"
+    """Activation after the causal convolution of Mamba, Mamba-2 and gated DeltaNet layers."""
+    deltanet_n_key_heads: int | None = None
+    """Gated DeltaNet: query/key heads (each serves `deltanet_n_value_heads // deltanet_n_key_heads` value heads)."""
+    deltanet_n_value_heads: int | None = None
+    """Gated DeltaNet: value heads, each with its own `[d_key_head, d_value_head]` state, decay and beta."""
+    deltanet_d_key_head: int | None = None
+    """Gated DeltaNet: width of one query/key head."""
+    deltanet_d_value_head: int | None = None
+    """Gated DeltaNet: width of one value head."""
+    attn_output_gate: bool = False
+    """Qwen3-Next, Qwen3.5: `W_Q` also yields a per-head gate; `z * sigmoid(gate)` is what `W_O` reads."""
+
     # -- hook switches: optional hook points (TransformerLens's flags), off by default for speed ---
     use_attn_result: bool = False
     """Compute `hook_result`, each head's output `[batch, pos, head, d_model]` (memory: `n_heads` x `d_model`)."""
@@ -269,11 +312,12 @@ class HookedTransformerConfig:
             if self.d_model % self.d_head:
                 raise ConfigError(f"n_heads=-1 needs d_head ({self.d_head}) to divide d_model ({self.d_model})")
             self.n_heads = self.d_model // self.d_head
-        if not self.attn_only:
+        self._check_layer_types()
+        if any(self.block_has_mlp(layer) for layer in range(self.n_layers)):
             if self.d_mlp is None:
                 self.d_mlp = 4 * self.d_model
             if self.act_fn is None:
-                raise ConfigError("act_fn is required unless attn_only=True")
+                raise ConfigError("act_fn is required unless attn_only=True (or no block has an MLP)")
         if self.act_fn is not None and self.act_fn not in ACT_FNS:
             raise ConfigError(f"Unknown act_fn {self.act_fn!r}; supported: {', '.join(ACT_FNS)}")
         if self.normalization_type not in NORMALIZATION_TYPES:
@@ -322,7 +366,75 @@ class HookedTransformerConfig:
         self.weight_processing = tuple(self.weight_processing)
         self.n_params = self._count_params()
 
+    def _check_layer_types(self) -> None:
+        """`layer_types` names a known mixer per layer, and each recurrent mixer has its sizes."""
+        if self.layer_types is None:
+            if self.single_sublayer_blocks:
+                raise ConfigError("single_sublayer_blocks needs layer_types (which sublayer each block holds)")
+            return
+        self.layer_types = list(self.layer_types)
+        self.ssm_dt_limit = (float(self.ssm_dt_limit[0]), float(self.ssm_dt_limit[1]))
+        unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if len(self.layer_types) != self.n_layers or unknown:
+            raise ConfigError(
+                f"layer_types must name one of {LAYER_TYPES} for each of the {self.n_layers} layers, got "
+                f"{self.layer_types!r}"
+            )
+        if "mlp" in self.layer_types and not self.single_sublayer_blocks:
+            raise ConfigError("an 'mlp' layer (a block with no token mixer) needs single_sublayer_blocks=True")
+        needs = {
+            "mamba": ("ssm_d_state", "ssm_d_inner", "ssm_dt_rank"),
+            "mamba2": ("ssm_d_state", "ssm_d_inner", "ssm_n_heads"),
+            "gated_deltanet": (
+                "deltanet_n_key_heads", "deltanet_n_value_heads", "deltanet_d_key_head", "deltanet_d_value_head"
+            ),
+        }  # fmt: skip
+        for kind, fields in needs.items():
+            missing = [f for f in fields if kind in self.layer_types and getattr(self, f) is None]
+            if missing:
+                raise ConfigError(f"{kind} layers need {', '.join(missing)}")
+        if "mamba2" in self.layer_types:
+            heads, inner = self.ssm_n_heads or 1, self.ssm_d_inner or 0
+            if inner % heads or heads % self.ssm_n_groups:
+                raise ConfigError("mamba2: ssm_n_heads must divide ssm_d_inner, and ssm_n_groups ssm_n_heads")
+
     # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----
+    @property
+    def mixer_types(self) -> list[str]:
+        """The token mixer of every block: `layer_types`, or `attention` for each block without them."""
+        return list(self.layer_types) if self.layer_types is not None else ["attention"] * self.n_layers
+
+    @property
+    def attention_layers(self) -> list[int]:
+        """The blocks whose token mixer is attention (every block of a transformer; some of a hybrid)."""
+        return [layer for layer, kind in enumerate(self.mixer_types) if kind == "attention"]
+
+    @property
+    def recurrent_layers(self) -> list[int]:
+        """The blocks whose token mixer carries a state across positions (`RECURRENT_LAYER_TYPES`):
+        a generation cache holds their convolution and recurrent states instead of keys and values."""
+        return [layer for layer, kind in enumerate(self.mixer_types) if kind in RECURRENT_LAYER_TYPES]
+
+    def block_has_mixer(self, layer: int) -> bool:
+        """Whether block `layer` has a token mixer (attention or recurrent); Nemotron-H's `mlp` blocks have none."""
+        return self.mixer_types[layer] != "mlp"
+
+    def block_has_mlp(self, layer: int) -> bool:
+        """Whether block `layer` has an MLP: not with `attn_only`; in single-sublayer blocks, only `mlp` layers."""
+        if self.attn_only:
+            return False
+        return self.mixer_types[layer] == "mlp" if self.single_sublayer_blocks else True
+
+    def block_writes(self, layer: int) -> tuple[str, ...]:
+        """The hook names (without `hook_`) of what block `layer` adds to the residual stream, in order:
+        `attn_out` (attention), `mixer_out` (any other token mixer), `mlp_out`."""
+        writes = []
+        if self.block_has_mixer(layer):
+            writes.append("attn_out" if self.mixer_types[layer] == "attention" else "mixer_out")
+        if self.block_has_mlp(layer):
+            writes.append("mlp_out")
+        return tuple(writes)
+
     @property
     def n_kv_heads(self) -> int:
         """Key/value heads as stored (`n_heads` without grouped-query attention)."""
@@ -384,10 +496,11 @@ class HookedTransformerConfig:
         return self.d_mlp
 
     def _count_params(self) -> int:
-        n = self.n_layers * 4 * self.d_model * self.d_head * self.n_heads
-        if not self.attn_only:
+        n = len(self.attention_layers) * 4 * self.d_model * self.d_head * self.n_heads
+        mlp_layers = sum(self.block_has_mlp(layer) for layer in range(self.n_layers))
+        if mlp_layers:
             mlp = self.d_model * self.mlp_width * (2 + int(self.gated_mlp))
-            n += self.n_layers * mlp * (self.num_experts or 1)
+            n += mlp_layers * mlp * (self.num_experts or 1)
         return n
 
     def is_layer_norm_activation(self) -> bool:

@@ -311,7 +311,13 @@ def check_kv_cache(cache: Any, cfg: Any, batch: int) -> None:
             "use one cache per batch (init_cache(model.cfg, batch_size=...))"
         )
     heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
-    shape = tuple(cache.entries[0].past_keys.shape[2:])
+    kv_entries = [entry for entry in cache.entries if hasattr(entry, "past_keys")]  # a hybrid's attention layers
+    if len(kv_entries) != len(cfg.attention_layers):
+        raise KVCacheMismatchError(
+            f"past_kv_cache has {len(kv_entries)} key/value layers but the model has {len(cfg.attention_layers)} "
+            "attention layers: build it with HookedTransformerKeyValueCache.init_cache(model.cfg, batch_size=...)"
+        )
+    shape = tuple(kv_entries[0].past_keys.shape[2:]) if kv_entries else (heads, cfg.d_head)
     if shape != (heads, cfg.d_head):
         raise KVCacheMismatchError(
             f"past_kv_cache stores keys with [kv_head, d_head] = {list(shape)}, but this model needs "

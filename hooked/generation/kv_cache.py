@@ -12,6 +12,8 @@ import copy
 import torch
 from jaxtyping import Float, Int
 
+from hooked.generation.recurrent_cache import RecurrentStateEntry
+
 
 class HookedTransformerKeyValueCacheEntry:
     """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer."""
@@ -71,7 +73,12 @@ class HookedTransformerKeyValueCache:
     prefix plus its own tokens, so one prefix can serve many continuations.
     """
 
-    def __init__(self, entries: list[HookedTransformerKeyValueCacheEntry], previous_attention_mask, frozen=False):
+    def __init__(
+        self,
+        entries: list[HookedTransformerKeyValueCacheEntry | RecurrentStateEntry],
+        previous_attention_mask,
+        frozen=False,
+    ):
         self.entries = entries
         self.previous_attention_mask = previous_attention_mask
         self.frozen = frozen
@@ -79,12 +86,19 @@ class HookedTransformerKeyValueCache:
 
     @classmethod
     def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
-        """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
+        """An empty cache; `capacity` preallocates that many positions (it still grows past them).
+
+        Attention layers get key/value entries; the other layers of a state-space or hybrid model
+        (`cfg.layer_types`) get a `RecurrentStateEntry` (their convolution window and state).
+        """
         heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
         device = cfg.device if device is None else device
+        attention = set(cfg.attention_layers)
         entries = [
             HookedTransformerKeyValueCacheEntry(batch_size, heads, cfg.d_head, device, cfg.dtype, capacity=capacity)
-            for _ in range(cfg.n_layers)
+            if layer in attention
+            else RecurrentStateEntry()
+            for layer in range(cfg.n_layers)
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
@@ -167,6 +181,19 @@ class StaticKeyValueCacheEntry:
         return self.keys, self.values
 
 
+def check_static_supported(cfg) -> None:
+    """Refuse the static cache for models with recurrent layers (it holds keys and values only)."""
+    if cfg.recurrent_layers:
+        from hooked.core.errors import InputError
+
+        kinds = sorted({cfg.mixer_types[layer] for layer in cfg.recurrent_layers})
+        raise InputError(
+            f"cache_implementation='static' does not support recurrent layers ({', '.join(kinds)} at layers "
+            f"{cfg.recurrent_layers}): its fixed-shape buffers hold keys and values only. Use the default cache "
+            "(cache_implementation=None), which carries each recurrent layer's convolution and state."
+        )
+
+
 class StaticKeyValueCache:
     """A KV cache of fixed `capacity` positions whose decode steps all have the same shapes.
 
@@ -182,6 +209,7 @@ class StaticKeyValueCache:
     counts_own_forwards = True  # the forward does not touch n_forwards (it is read eagerly only)
 
     def __init__(self, cfg, batch_size: int, capacity: int, device=None):
+        check_static_supported(cfg)
         heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
         device = torch.device(cfg.device if device is None else device)
         self.capacity = capacity
