@@ -197,8 +197,12 @@ class Attention(AttentionBuffers, nn.Module):
         else:
             q, k, v = self._heads_first(q, k, v)
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
-        z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
+        z = self.hook_z(self._gate_z(z.transpose(1, 2), query_input))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _gate_z(self, z: Float[torch.Tensor, "batch pos head d_head"], query_input: torch.Tensor) -> torch.Tensor:
+        """`z` as `W_O` reads it (`GatedAttention`, Qwen3-Next: times a per-head gate of the input)."""
+        return z
 
     def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
         """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere, OLMo) in float32 with the tables as given, cast back."""
@@ -385,3 +389,12 @@ class GroupedQueryAttention(Attention):
         if x.shape[2] == self.cfg.n_heads:
             return x
         return x.repeat_interleave(self.repeats, dim=2)
+
+
+def attention_class(cfg: HookedTransformerConfig) -> type[Attention]:
+    """The attention layer a block of this config builds: grouped-query or not, output-gated or not."""
+    if cfg.attn_output_gate:
+        from hooked.components.gated_attention import gated_attention_class
+
+        return gated_attention_class(cfg)
+    return GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.attention import Attention, GroupedQueryAttention, attention_class  # noqa: F401
 from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.moe import make_moe
@@ -38,8 +38,7 @@ class TransformerBlock(nn.Module):
     def _init_attention(self, cfg: HookedTransformerConfig, layer: int) -> None:
         """`ln1`, the attention and its block-level hooks (`hook_resid_pre` ... `hook_attn_out`)."""
         self.ln1 = make_norm(cfg)
-        attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
-        self.attn = attn_cls(cfg, layer)
+        self.attn = attention_class(cfg)(cfg, layer)
         if cfg.use_normalization_before_and_after:  # post-sublayer norms keep their gain after fold_ln
             self.ln1_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]

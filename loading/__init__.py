@@ -27,6 +27,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     opt,
     phi,
     phi3,
+    qwen3_next,
     smollm3,
     stablelm,
     starcoder2,
