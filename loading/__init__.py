@@ -19,6 +19,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     gpt_oss,
     gptj,
     granite,
+    lfm2,
     hubert,
     llama,
     mamba,
