@@ -145,6 +145,17 @@ class SharedExpertMoE(MoE):
         return routed + gate * shared
 
 
+class UngatedSharedExpertMoE(MoE):
+    """Granite-hybrid: routed experts plus one always-on expert added as is (`shared_expert_gated=False`)."""
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__(cfg)
+        self.shared_expert = Expert(cfg, require_set(cfg.shared_expert_d_mlp, "shared_expert_d_mlp"), pos_axis=1)
+
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        return super().forward(x) + self.shared_expert(x)
+
+
 class GptOssMoE(MoE):
     """GPT-OSS: a biased router whose weights are a softmax over the chosen experts' logits, and clamped experts.
 
@@ -173,5 +184,5 @@ class GptOssMoE(MoE):
 
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
     if cfg.shared_expert_d_mlp:
-        return SharedExpertMoE(cfg)
+        return SharedExpertMoE(cfg) if cfg.shared_expert_gated else UngatedSharedExpertMoE(cfg)
     return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

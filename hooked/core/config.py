@@ -15,6 +15,7 @@ from hooked.core.errors import ConfigError, UnknownConfigFieldError  # noqa: F40
 
 ACT_FNS = (
     "relu",
+    "relu2",
     "gelu",
     "gelu_new",
     "gelu_fast",
@@ -159,6 +160,9 @@ class HookedTransformerConfig:
     """Renormalize the top-k routing weights to sum to 1 (Mixtral, Qwen3-MoE, OLMoE)."""
     shared_expert_d_mlp: int | None = None
     """Qwen2-MoE: hidden width of an always-on shared expert (gated by a sigmoid); None: none."""
+    shared_expert_gated: bool = True
+    """With `shared_expert_d_mlp`: the shared expert is scaled by `sigmoid(x w_s)` (Qwen2-MoE, Qwen3-Next); False:
+    added as is (Granite-hybrid's `shared_mlp`)."""
     swiglu_limit: float | None = None
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
