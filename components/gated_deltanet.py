@@ -60,6 +60,9 @@ class GatedDeltaNet(nn.Module):
     [value_head]`, `norm.w [d_value]`, `W_out [value_dim, d_model]`.
     """
 
+    #: the projections that read the block's `ln1` output (`fold_ln` folds its gain into them)
+    NORM_READERS = ("W_qkv", "W_z", "W_b", "W_a")
+
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer

@@ -26,26 +26,30 @@ from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
 
 
-def make_mixer(cfg: HookedTransformerConfig, layer: int) -> nn.Module:
-    """The recurrent token mixer of block `layer` (`cfg.layer_types[layer]` is not `attention` or `mlp`)."""
-    kind = cfg.mixer_types[layer]
+def mixer_class(kind: str) -> type[nn.Module]:
+    """The module of a recurrent layer type (`mamba`, `mamba2`, `gated_deltanet` or `short_conv`)."""
     if kind == "mamba":
         from hooked.components.mamba import MambaMixer
 
-        return MambaMixer(cfg, layer)
+        return MambaMixer
     if kind == "mamba2":
         from hooked.components.mamba2 import Mamba2Mixer
 
-        return Mamba2Mixer(cfg, layer)
+        return Mamba2Mixer
     if kind == "gated_deltanet":
         from hooked.components.gated_deltanet import GatedDeltaNet
 
-        return GatedDeltaNet(cfg, layer)
+        return GatedDeltaNet
     if kind == "short_conv":
         from hooked.components.short_conv import ShortConv
 
-        return ShortConv(cfg, layer)
-    raise ValueError(f"layer {layer} has no recurrent mixer (layer type {kind!r})")
+        return ShortConv
+    raise ValueError(f"{kind!r} is not a recurrent layer type")
+
+
+def make_mixer(cfg: HookedTransformerConfig, layer: int) -> nn.Module:
+    """The recurrent token mixer of block `layer` (`cfg.layer_types[layer]` is not `attention` or `mlp`)."""
+    return mixer_class(cfg.mixer_types[layer])(cfg, layer)
 
 
 class HybridBlock(TransformerBlock):
@@ -65,6 +69,7 @@ class HybridBlock(TransformerBlock):
             self.ln1 = make_norm(cfg)
             self.mixer = make_mixer(cfg, layer)
             self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
+            self.hook_mixer_in = HookPoint()  # [batch, pos, d_model]: a copy of the stream the mixer reads (before ln1)
             self.hook_mixer_out = HookPoint()  # [batch, pos, d_model]: the mixer's write to the residual stream
         else:
             self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
@@ -88,7 +93,8 @@ class HybridBlock(TransformerBlock):
         if self.kind == "attention":
             resid = resid + self.hook_attn_out(self._attention(resid, state, shortformer_pos_embed))
         elif self.kind != "mlp":
-            resid = resid + self.hook_mixer_out(self.mixer(self.ln1(resid), state))
+            mixer_in = self.hook_mixer_in(resid.clone() if self.hook_mixer_in.observed else resid)
+            resid = resid + self.hook_mixer_out(self.mixer(self.ln1(mixer_in), state))
         if not self.has_mlp:
             return self.hook_resid_post(resid)
         if self.kind != "mlp":

@@ -40,6 +40,9 @@ class MambaMixer(nn.Module):
     `A_log [d_inner, N]`, `D [d_inner]`, `W_out [d_inner, d_model]`, `b_out`.
     """
 
+    #: the projections that read the block's `ln1` output (`fold_ln` folds its gain into them)
+    NORM_READERS = ("W_in",)
+
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer

@@ -12,8 +12,9 @@ the fast path never builds it: it computes the outputs chunk by chunk. Only when
 - an edit `e_t = hooked_t - h_t` is injected at t and carried on by the recurrence: the state used at a
   later position s is `h_s + sum_{t <= s} T_{t->s}(e_t)`, exactly what re-running the recurrence from the
   edited state gives (one edit at t: the state at t is the hooked one, every later one follows from it);
-- with a backward hook (attribution), the outputs are read from the hooked states in that form, so the
-  gradient at `h_t` counts its effect on every later position.
+- with a backward hook, or an editing hook under autograd (attribution patching captures the states to
+  differentiate through them), the outputs are read from the hooked states in that form, so the gradient
+  at `h_t` counts its effect on every later position.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def hooked_states(
     if hook.is_read_only:  # caching hooks only: they cannot change anything
         hook(states)
         return None
-    grad_path = hook.needs_grad_path
+    # under autograd a hook may differentiate through the states (attribution): read the outputs from them
+    grad_path = hook.needs_grad_path or torch.is_grad_enabled()
     before = None if grad_path else states.clone()
     hooked = hook(states)
     if before is not None and unedited(states, before, hooked):

@@ -25,6 +25,9 @@ class ShortConv(nn.Module):
     """LFM2's token mixer. Parameters: `W_in [d_model, 3 d_model]` (B, C, x), `b_in`, `conv.W [d_model, kernel]`,
     `conv.b`, `W_out [d_model, d_model]`, `b_out`."""
 
+    #: the projections that read the block's `ln1` output (`fold_ln` folds its gain into them)
+    NORM_READERS = ("W_in",)
+
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer

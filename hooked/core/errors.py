@@ -104,6 +104,14 @@ class LeadingDimsMismatchError(ShapeMismatchError, RuntimeError):
     """Leading dimensions that do not broadcast (a `RuntimeError`, as torch and TransformerLens raise)."""
 
 
+class LayerTypeError(InputError, KeyError):
+    """An attention-only method (or hook) asked of a layer whose token mixer is not attention (a state-space layer
+    of a hybrid), or an MLP one of a block without an MLP; the message names the layer type and what to use."""
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
 class HarvestMismatchError(InputError):
     """An output directory already holds a harvest made with other arguments."""
 
