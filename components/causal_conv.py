@@ -55,7 +55,13 @@ class CausalConv1d(nn.Module):
 def mask_padding(
     x: Float[torch.Tensor, "batch pos d"], new_mask: torch.Tensor | None
 ) -> Float[torch.Tensor, "batch pos d"]:
-    """Zero the left-padding positions (HF's `apply_mask_to_padding_states`), so they never write a state."""
+    """Zero the left-padding positions, so they never write a state.
+
+    HF's `apply_mask_to_padding_states` zeroes the mixer's input (and Mamba-2's convolution output);
+    the mixers here also zero what enters the convolution, so a projection's bias at a padded position
+    never reaches the window of the first real tokens. Without such a bias (every released Mamba,
+    Mamba-2, Nemotron-H, Granite-hybrid, Qwen3-Next and LFM2 checkpoint) the two agree exactly.
+    """
     if new_mask is None:
         return x
     return (x * new_mask[:, :, None]).to(x.dtype)

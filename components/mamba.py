@@ -78,7 +78,8 @@ class MambaMixer(nn.Module):
         projected = F.linear(mask_padding(x, mask), self.W_in.t(), self.b_in)  # [batch, pos, 2 d_inner]
         xs, z = projected.chunk(2, dim=-1)
         z = self.hook_gate(z)
-        xs, conv_state = self.conv(self.hook_conv_in(xs), None if entry is None else entry.conv_state)
+        xs = self.hook_conv_in(mask_padding(xs, mask))  # a padded position writes nothing, not even b_in
+        xs, conv_state = self.conv(xs, None if entry is None else entry.conv_state)
         xs = self.hook_x(mask_padding(xs, mask))  # [batch, pos, d_inner]
         dt, B, C = F.linear(xs, self.W_x.t()).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt, B, C = self.hook_dt(dt), self.hook_B(B), self.hook_C(C)

@@ -99,7 +99,8 @@ class Mamba2Mixer(nn.Module):
         projected = F.linear(mask_padding(x, mask), self.W_in.t(), self.b_in)  # [batch, pos, in_proj]
         z, xBC, dt = projected.split([self.d_inner, projected.shape[-1] - self.d_inner - self.n_heads, self.n_heads], -1)
         z, dt = self.hook_gate(z), self.hook_dt(dt)
-        conv_out, conv_state = self.conv(self.hook_conv_in(xBC), None if entry is None else entry.conv_state)
+        xBC = self.hook_conv_in(mask_padding(xBC, mask))  # a padded position writes nothing, not even b_in
+        conv_out, conv_state = self.conv(xBC, None if entry is None else entry.conv_state)
         conv_out = self.hook_conv_out(mask_padding(conv_out, mask))  # [batch, pos, conv_dim]
         xs, B, C = conv_out.split([self.d_inner, self.n_groups * self.d_state, self.n_groups * self.d_state], -1)
         batch, n_pos = xs.shape[:2]

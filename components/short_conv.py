@@ -48,10 +48,11 @@ class ShortConv(nn.Module):
         self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState
     ) -> Float[torch.Tensor, "batch pos d_model"]:
         entry = state.past_kv_cache[self.layer] if state.past_kv_cache is not None else None
-        projected = F.linear(mask_padding(x, state.new_mask()), self.W_in.t(), self.b_in)  # [batch, pos, 3 d_model]
+        mask = state.new_mask()
+        projected = F.linear(mask_padding(x, mask), self.W_in.t(), self.b_in)  # [batch, pos, 3 d_model]
         B, C, xs = projected.chunk(3, dim=-1)
         B, C, xs = self.hook_B(B), self.hook_C(C), self.hook_x(xs)
-        conv_in = self.hook_conv_in(B * xs)
+        conv_in = self.hook_conv_in(mask_padding(B * xs, mask))  # a padded position writes nothing
         conv_out, conv_state = self.conv(conv_in, None if entry is None else entry.conv_state)
         if entry is not None:
             entry.store(conv_state, None)

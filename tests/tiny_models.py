@@ -611,6 +611,12 @@ HOOKED_FAMILIES = {
     "gemma_post_norm": dict(HOOKED_ROTARY, use_normalization_before_and_after=True, n_key_value_heads=1),
     "olmo2_post_norm": dict(HOOKED_ROTARY, post_sublayer_norm=True),
     "attn_only_shortformer": dict(attn_only=True, positional_embedding_type="shortformer"),
+    # a hybrid: Mamba-2, gated attention and gated DeltaNet layers, each with an MLP (issue 38)
+    "hybrid_ssm": dict(
+        HOOKED_ROTARY, n_layers=3, layer_types=["mamba2", "attention", "gated_deltanet"], attn_output_gate=True,
+        ssm_d_state=8, ssm_d_inner=32, ssm_n_heads=4, ssm_n_groups=2, ssm_chunk_size=4, deltanet_n_key_heads=2,
+        deltanet_n_value_heads=4, deltanet_d_key_head=8, deltanet_d_value_head=8,
+    ),
 }
 
 

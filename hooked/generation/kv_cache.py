@@ -102,7 +102,7 @@ class HookedTransformerKeyValueCache:
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
-    def __getitem__(self, layer: int) -> HookedTransformerKeyValueCacheEntry:
+    def __getitem__(self, layer: int) -> HookedTransformerKeyValueCacheEntry | RecurrentStateEntry:
         return self.entries[layer]
 
     def __len__(self) -> int:
