@@ -833,7 +833,7 @@ class CacheAnalysisMixin:
             )
         )
         parts = [finish(heads)]
-        if not self.model.cfg.attn_only and layer > 0:
+        if any(self.model.cfg.block_has_mlp(layer_i) for layer_i in range(layer)):
             if expand_neurons:
                 neurons, neuron_labels = _labelled(self.stack_neuron_results(
                     layer, pos_slice=pos_slice, return_labels=True, apply_ln=apply_ln,
