@@ -145,6 +145,27 @@ class SharedExpertMoE(MoE):
         return routed + gate * shared
 
 
+class SigmoidRoutedMoE(MoE):
+    """LFM2-MoE: each expert scored by a sigmoid of its logit; the top k (chosen on the scores plus
+    `expert_bias`, if any) weigh their outputs by their scores, renormalized (`norm_topk_prob`, HF's
+    `+ 1e-6`) and times `routed_scaling_factor`. `hook_expert_weights` holds the sigmoid scores."""
+
+    def __init__(self, cfg: HookedTransformerConfig):
+        super().__init__(cfg)
+        if cfg.router_expert_bias:  # HF keeps it float32 and uses it only to choose
+            self.register_buffer("expert_bias", torch.zeros(self.num_experts, dtype=torch.float32))
+
+    def route(self, x):
+        logits = self.hook_router_logits(F.linear(x, self.W_gate.weight))  # [batch, pos, E]
+        scores = self.hook_expert_weights(torch.sigmoid(logits.float()))  # [batch, pos, num_experts]
+        choice = scores + self.expert_bias if self.cfg.router_expert_bias else scores
+        indices = self.hook_expert_indices(choice.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
+        weights = scores.gather(-1, indices).to(logits.dtype)  # [batch, pos, k]
+        if self.cfg.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-6)
+        return indices, weights * self.cfg.routed_scaling_factor
+
+
 class UngatedSharedExpertMoE(MoE):
     """Granite-hybrid: routed experts plus one always-on expert added as is (`shared_expert_gated=False`)."""
 
@@ -183,6 +204,8 @@ class GptOssMoE(MoE):
 
 
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
+    if cfg.router_scoring == "sigmoid":
+        return SigmoidRoutedMoE(cfg)
     if cfg.shared_expert_d_mlp:
         return SharedExpertMoE(cfg) if cfg.shared_expert_gated else UngatedSharedExpertMoE(cfg)
     return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

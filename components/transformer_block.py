@@ -51,8 +51,12 @@ class TransformerBlock(nn.Module):
     def _init_mlp(self, cfg: HookedTransformerConfig, resid_mid: bool) -> None:
         """`ln2`, the MLP (dense, gated or mixture of experts) and its hooks; `hook_resid_mid` before it."""
         self.ln2 = make_norm(cfg)
-        if cfg.uses_moe:
+        if cfg.uses_moe and self.layer not in (cfg.dense_mlp_layers or ()):
             self.mlp = make_moe(cfg)
+        elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (LFM2-MoE's first layers)
+            dense = cfg.replace(d_mlp=cfg.dense_d_mlp or cfg.d_mlp, num_experts=None, experts_per_token=None,
+                                shared_expert_d_mlp=None, dense_mlp_layers=None)  # fmt: skip
+            self.mlp = GatedMLP(dense) if cfg.gated_mlp else MLP(dense)
         else:
             self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
         if cfg.use_normalization_before_and_after:

@@ -1,4 +1,5 @@
-"""LFM2 (`Lfm2ForCausalLM`): gated short convolutions with grouped-query attention every few layers.
+"""LFM2 (`Lfm2ForCausalLM`) and LFM2-MoE (`Lfm2MoeForCausalLM`): gated short convolutions with grouped-query
+attention every few layers.
 
     x = embed_tokens(tokens)
     per layer:  x += conv(operator_norm(x))          (`conv`: components/short_conv.py)
@@ -8,6 +9,9 @@
 
 RMSNorm cast before its gain (as LLaMA). The MLP width is HF's: with `block_auto_adjust_ff_dim`,
 `2/3` of `intermediate_size`, times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`.
+LFM2-MoE keeps a dense SwiGLU (`intermediate_size`) in its first `num_dense_layers` layers
+(`dense_mlp_layers`); the others are mixtures of experts routed by a sigmoid per expert, chosen on the
+scores plus `expert_bias`, renormalized and scaled by `routed_scaling_factor` (`SigmoidRoutedMoE`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from hooked.loading.common import hf_rope_parameters, strip_prefix, unembed_weig
 from hooked.loading.config_checks import require_rope_types, require_supported
 from hooked.loading.llama import attention_weights
 from hooked.loading.mamba import conv_weights, linear_weights
+from hooked.loading.moe import QWEN_EXPERT_NAMES, expert_weights
 from hooked.loading.registry import register_architecture
 
 LAYER_TYPES = {"conv": "short_conv", "full_attention": "attention"}
@@ -125,6 +130,33 @@ def make_lfm2_weights(mlp_weights):
     return convert
 
 
+def convert_lfm2_moe_config(hf: Any) -> dict:
+    dense = list(range(hf.num_dense_layers))
+    return dict(
+        lfm2_config(hf, "Lfm2MoeForCausalLM"),
+        d_mlp=hf.moe_intermediate_size,
+        num_experts=hf.num_experts,
+        experts_per_token=hf.num_experts_per_tok,
+        norm_topk_prob=hf.norm_topk_prob,
+        router_scoring="sigmoid",
+        router_expert_bias=hf.use_expert_bias,
+        routed_scaling_factor=float(hf.routed_scaling_factor),
+        dense_mlp_layers=dense or None,
+        dense_d_mlp=hf.intermediate_size,
+    )
+
+
+def lfm2_moe_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg, layer: int) -> dict[str, torch.Tensor]:
+    """A dense layer's SwiGLU, or the router (`gate`), fused experts and `expert_bias` -> `mlp.*`."""
+    if layer in (cfg.dense_mlp_layers or ()):
+        return swiglu_weights(hf, p)
+    out = {"mlp." + k: v for k, v in expert_weights(hf, p, cfg, QWEN_EXPERT_NAMES).items()}
+    if cfg.router_expert_bias:
+        out["mlp.expert_bias"] = hf[p + "expert_bias"]  # [num_experts], float32
+    return out
+
+
 register_architecture(
     ("Lfm2ForCausalLM",), convert_lfm2_config, make_lfm2_weights(lambda hf, p, cfg, layer: swiglu_weights(hf, p))
 )
+register_architecture(("Lfm2MoeForCausalLM",), convert_lfm2_moe_config, make_lfm2_weights(lfm2_moe_mlp_weights))

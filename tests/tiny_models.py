@@ -556,6 +556,14 @@ SSM_CONFIGS = {
             intermediate_size=96, block_multiple_of=8,
         ), 20,
     ),
+    "lfm2_moe": (
+        "Lfm2MoeForCausalLM", "Lfm2MoeConfig",
+        dict(
+            _ATTN, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"], intermediate_size=48,
+            moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+            routed_scaling_factor=1.5,
+        ), 20,
+    ),
 }  # fmt: skip
 
 
@@ -589,6 +597,10 @@ def tiny_ssm(name: str, seed: int = 0, **changes):
             else:
                 sharp = pname.endswith(("q_proj.weight", "k_proj.weight", "gate.weight", "router.weight"))
                 p.normal_(0.0, 0.25 if sharp else 0.1)
+    with torch.no_grad():  # LFM2-MoE's selection bias is a buffer: make it matter
+        for bname, buffer in hf.named_buffers():
+            if bname.endswith("expert_bias"):
+                buffer.normal_(0.0, 0.1)
     return hf
 
 

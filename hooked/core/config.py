@@ -163,6 +163,16 @@ class HookedTransformerConfig:
     shared_expert_gated: bool = True
     """With `shared_expert_d_mlp`: the shared expert is scaled by `sigmoid(x w_s)` (Qwen2-MoE, Qwen3-Next); False:
     added as is (Granite-hybrid's `shared_mlp`)."""
+    router_scoring: str = "softmax"
+    """How the router scores the experts: `softmax` over all of them (Mixtral, Qwen) or `sigmoid` each (LFM2-MoE)."""
+    router_expert_bias: bool = False
+    """LFM2-MoE: a per-expert bias (`mlp.expert_bias`, float32) added to the scores only to choose the experts."""
+    routed_scaling_factor: float = 1.0
+    """Sigmoid routing: the chosen experts' weights (renormalized with `norm_topk_prob`) are multiplied by this."""
+    dense_mlp_layers: list[int] | None = None
+    """Layers of a mixture-of-experts model with a dense gated MLP instead (LFM2-MoE's first layers); None: none."""
+    dense_d_mlp: int | None = None
+    """Hidden width of the `dense_mlp_layers` MLPs; None: `d_mlp`."""
     swiglu_limit: float | None = None
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
@@ -363,6 +373,10 @@ class HookedTransformerConfig:
             raise ConfigError("mixture-of-experts layers are gated (SwiGLU experts): set gated_mlp=True")
         if self.full_width_qk_norm and not self.use_qk_norm:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
+        if self.router_scoring not in ("softmax", "sigmoid"):
+            raise ConfigError(f"router_scoring must be 'softmax' or 'sigmoid', got {self.router_scoring!r}")
+        if self.dense_mlp_layers is not None and self.num_experts is None:
+            raise ConfigError("dense_mlp_layers needs num_experts (they are the dense layers of a MoE model)")
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
         if self.initializer_range < 0:
@@ -501,10 +515,11 @@ class HookedTransformerConfig:
 
     def _count_params(self) -> int:
         n = len(self.attention_layers) * 4 * self.d_model * self.d_head * self.n_heads
-        mlp_layers = sum(self.block_has_mlp(layer) for layer in range(self.n_layers))
-        if mlp_layers:
-            mlp = self.d_model * self.mlp_width * (2 + int(self.gated_mlp))
-            n += mlp_layers * mlp * (self.num_experts or 1)
+        for layer in range(self.n_layers):
+            if self.block_has_mlp(layer):
+                dense = not self.num_experts or layer in (self.dense_mlp_layers or ())
+                width = (self.dense_d_mlp or self.mlp_width) if dense and self.num_experts else self.mlp_width
+                n += self.d_model * width * (2 + int(self.gated_mlp)) * (1 if dense else self.num_experts or 1)
         return n
 
     def is_layer_norm_activation(self) -> bool:

@@ -24,6 +24,7 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     │   ├── GraphMismatchError                            a saved circuit graph loaded against another model
     │   ├── ShapeMismatchError                            e.g. FactoredMatrix inner dimensions
     │   │   └── LeadingDimsMismatchError (RuntimeError)   FactoredMatrix leading dims that do not broadcast
+    │   ├── LayerTypeError (KeyError)                     an attention method on a hybrid's recurrent layer
     │   └── HarvestMismatchError                          a harvest directory made with other arguments
     ├── InputTypeError (TypeError, AssertionError)        an argument has a bad type
     ├── ConfigError (ValueError, AssertionError)          an impossible config
@@ -267,6 +268,7 @@ __all__ = [
     "JobCancelled",
     "JobTimeout",
     "KVCacheMismatchError",
+    "LayerTypeError",
     "LeadingDimsMismatchError",
     "MissingHooksError",
     "MissingStepsError",

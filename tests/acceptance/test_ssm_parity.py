@@ -11,7 +11,8 @@ scan chunk:
 - Granite-hybrid with Mamba-2 and attention layers, MoE with its shared MLP, every multiplier != 1;
 - Qwen3-Next (gated DeltaNet, gated attention, MoE with a shared expert), Qwen3.5 and the text tower of
   its image-text class;
-- LFM2 (short convolutions with biases, attention with qk-norm).
+- LFM2 (short convolutions with biases, attention with qk-norm), LFM2-MoE (a dense first layer, then
+  sigmoid-routed experts chosen with a selection bias and scaled).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ LAYER_KINDS = {
     "qwen3_5": {"gated_deltanet", "attention"},
     "qwen3_5_multimodal": {"gated_deltanet", "attention"},
     "lfm2": {"short_conv", "attention"},
+    "lfm2_moe": {"short_conv", "attention"},
 }
-WITH_MOE = {"granite_hybrid_moe", "qwen3_next_moe"}
+WITH_MOE = {"granite_hybrid_moe", "qwen3_next_moe", "lfm2_moe"}
 
 
 @pytest.fixture(params=list(SSM_CONFIGS), scope="module")
