@@ -2,10 +2,11 @@
 
 Per position t and value head h (key heads are shared by `n_value_heads // n_key_heads` value heads):
 
-    q, k, v     = act(causal_conv(x W_qkv))       q, k [key_head, d_key], v [value_head, d_value]
-    z           = x W_z                           the output gate, [value_head, d_value]
-    beta        = sigmoid(x W_b)                  how much of the prediction error each position writes
-    log_decay   = -exp(A_log) * softplus(x W_a + dt_bias)       (HF's `g`; the state decays by its exp)
+    qkv, z, b, a = x W_in                         (HF's separate or interleaved in-projections, side by side)
+    q, k, v     = act(causal_conv(qkv))           q, k [key_head, d_key], v [value_head, d_value]
+    z                                             the output gate, [value_head, d_value]
+    beta        = sigmoid(b)                      how much of the prediction error each position writes
+    log_decay   = -exp(A_log) * softplus(a + dt_bias)           (HF's `g`; the state decays by its exp)
     q, k        = l2norm(q), l2norm(k);  q = q / sqrt(d_key)
     S_t         = exp(log_decay_t) S_{t-1}                      the state, [d_key, d_value]
     S_t         = S_t + beta_t k_t (v_t - k_t^T S_t)^T           the delta rule: correct what S predicts for k
@@ -54,14 +55,15 @@ class NormThenGate(nn.Module):
 class GatedDeltaNet(nn.Module):
     """The gated DeltaNet token mixer with a hook on every intermediate (the state only when observed).
 
-    Parameters: `W_qkv [d_model, 2 key_dim + value_dim]` (q, k, v: Qwen3.5's `in_proj_qkv`; Qwen3-Next's
-    interleaved `in_proj_qkvz`/`in_proj_ba` are reordered on load), `W_z [d_model, value_dim]`,
-    `W_b`, `W_a [d_model, value_head]`, `conv.W [2 key_dim + value_dim, kernel]`, `dt_bias`, `A_log
-    [value_head]`, `norm.w [d_value]`, `W_out [value_dim, d_model]`.
+    Parameters: `W_in [d_model, 2 key_dim + 2 value_dim + 2 value_head]`, the input projections side by
+    side in one matrix (one matmul): q, k, v (Qwen3.5's `in_proj_qkv`), z (`in_proj_z`), b (`in_proj_b`),
+    a (`in_proj_a`); Qwen3-Next's interleaved `in_proj_qkvz`/`in_proj_ba` are reordered into it on load.
+    `conv.W [2 key_dim + value_dim, kernel]`, `dt_bias`, `A_log [value_head]`, `norm.w [d_value]`,
+    `W_out [value_dim, d_model]`.
     """
 
     #: the projections that read the block's `ln1` output (`fold_ln` folds its gain into them)
-    NORM_READERS = ("W_qkv", "W_z", "W_b", "W_a")
+    NORM_READERS = ("W_in",)
 
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
@@ -71,10 +73,8 @@ class GatedDeltaNet(nn.Module):
         self.d_k = require_set(cfg.deltanet_d_key_head, "deltanet_d_key_head")
         self.d_v = require_set(cfg.deltanet_d_value_head, "deltanet_d_value_head")
         key_dim, value_dim, d, dt = self.n_k * self.d_k, self.n_v * self.d_v, cfg.d_model, cfg.dtype
-        self.W_qkv = nn.Parameter(torch.empty(d, 2 * key_dim + value_dim, dtype=dt))
-        self.W_z = nn.Parameter(torch.empty(d, value_dim, dtype=dt))
-        self.W_b = nn.Parameter(torch.empty(d, self.n_v, dtype=dt))
-        self.W_a = nn.Parameter(torch.empty(d, self.n_v, dtype=dt))
+        self.splits = [2 * key_dim + value_dim, value_dim, self.n_v, self.n_v]  # qkv, z, b, a
+        self.W_in = nn.Parameter(torch.empty(d, sum(self.splits), dtype=dt))
         self.conv = CausalConv1d(2 * key_dim + value_dim, cfg.ssm_conv_kernel, dt, cfg.ssm_act_fn)
         self.dt_bias = nn.Parameter(torch.ones(self.n_v, dtype=dt))
         self.A_log = nn.Parameter(torch.zeros(self.n_v, dtype=dt))
@@ -86,7 +86,7 @@ class GatedDeltaNet(nn.Module):
         self.hook_k = HookPoint()  # [batch, pos, key_head, d_key]: before the l2 norm
         self.hook_v = HookPoint()  # [batch, pos, value_head, d_value]
         self.hook_gate = HookPoint()  # [batch, pos, value_head, d_value]: z, read through silu
-        self.hook_beta = HookPoint()  # [batch, pos, value_head]: sigmoid(x W_b), the write strength
+        self.hook_beta = HookPoint()  # [batch, pos, value_head]: sigmoid(b), the write strength
         self.hook_log_decay = HookPoint()  # [batch, pos, value_head]: HF's g (<= 0); the state decays by exp(g)
         self.hook_ssm_state = HookPoint()  # [batch, pos, value_head, d_key, d_value]: the state after each position
         self.hook_y = HookPoint()  # [batch, pos, value_head, d_value]: S^T q, before the norm and gate
@@ -98,9 +98,9 @@ class GatedDeltaNet(nn.Module):
         entry = state.past_kv_cache[self.layer] if state.past_kv_cache is not None else None
         x = mask_padding(x, state.new_mask())
         batch, n_pos = x.shape[:2]
-        mixed = self.hook_conv_in(F.linear(x, self.W_qkv.t()))  # [batch, pos, 2 key_dim + value_dim]
-        z = self.hook_gate(F.linear(x, self.W_z.t()).reshape(batch, n_pos, self.n_v, self.d_v))
-        b, a = F.linear(x, self.W_b.t()), F.linear(x, self.W_a.t())  # [batch, pos, value_head]
+        mixed, z, b, a = F.linear(x, self.W_in.t()).split(self.splits, dim=-1)  # b, a: [batch, pos, value_head]
+        mixed = self.hook_conv_in(mixed)  # [batch, pos, 2 key_dim + value_dim]
+        z = self.hook_gate(z.reshape(batch, n_pos, self.n_v, self.d_v))
         mixed, conv_state = self.conv(mixed, None if entry is None else entry.conv_state)
         q, k, v = self.hook_conv_out(mixed).split([self.n_k * self.d_k, self.n_k * self.d_k, self.n_v * self.d_v], -1)
         q = self.hook_q(q.reshape(batch, n_pos, self.n_k, self.d_k))  # [batch, pos, key_head, d_key]
@@ -206,8 +206,11 @@ def chunk_delta_rule(q, k, v, decay, beta, initial, chunk: int = DELTANET_CHUNK)
     ut_system = (k_beta @ k.transpose(-1, -2)) * pairwise
     intra = (q @ k.transpose(-1, -2)) * pairwise
     decayed_k_beta = k_beta * decay.exp().unsqueeze(-1)
-    new_values = torch.linalg.solve_triangular(ut_system, v_beta, upper=False, unitriangular=True)
-    k_cumdecay = torch.linalg.solve_triangular(ut_system, decayed_k_beta, upper=False, unitriangular=True)
+    # HF's two solves against one system, as one (each right-hand column is solved on its own)
+    solved = torch.linalg.solve_triangular(
+        ut_system, torch.cat([v_beta, decayed_k_beta], dim=-1), upper=False, unitriangular=True
+    )
+    new_values, k_cumdecay = solved.split([d_value, d_key], dim=-1)
     S = torch.zeros(batch, n_heads, d_key, d_value, dtype=new_values.dtype, device=q.device)
     S = S if initial is None else initial.to(new_values)
     out = torch.zeros_like(new_values)

@@ -14,7 +14,8 @@ possibly on zero rows), and one `index_add_` scatters the weighted outputs back.
 float32 they go back to (token, slot) order instead and are summed over the slots, then
 cast once (HF's default `grouped_mm` experts, bit for bit in bfloat16 and float16). The
 only Python loop is over experts, never over tokens. Every expert's hooks fire on every
-forward, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it.
+forward it is hooked on, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it (an expert that
+no token reached and no hook watches is skipped: it adds nothing).
 
 Weights use TransformerLens's MoE layout (bias-free `nn.Linear`, `[out, in]`): the
 router `W_gate.weight [E, d_model]` and `experts.{e}.W_in/W_gate/W_out.weight`.
@@ -115,7 +116,8 @@ class MoE(nn.Module):
         counts = torch.bincount(slots, minlength=self.num_experts).tolist()
         outputs = [
             expert(flat[rows])  # [n_e, d_model]
-            for expert, rows in zip(self.experts, tokens.split(counts), strict=True)
+            for expert, rows, count in zip(self.experts, tokens.split(counts), counts, strict=True)
+            if count or _observed(expert)  # an expert no token reached adds nothing: skip it unless hooked
         ]
         slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
         if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first
@@ -127,6 +129,11 @@ class MoE(nn.Module):
         by_token[order] = mixed  # [tokens * k, d_model]: back in (token, slot) order
         # One sum over each token's k slots, then one cast: HF's default (`grouped_mm`) experts
         return by_token.view(-1, self.top_k, x.shape[-1]).sum(1).to(x.dtype).view(x.shape)
+
+
+def _observed(expert: Expert) -> bool:
+    """Whether a hook watches one of `expert`'s activations (then it runs, and its hooks fire, with 0 rows)."""
+    return any(hp.observed for hp in (expert.hook_gate, expert.hook_pre, expert.hook_post, expert.hook_out))
 
 
 class SharedExpertMoE(MoE):

@@ -12,7 +12,7 @@ Every RMSNorm but the DeltaNet's gated one multiplies by `1 + w` in float32 (as 
 `q_norm.w` and `k_norm.w` hold the gain `1 + w`. The attention's `q_proj` yields a query and an
 output gate per head (`W_Q`, `W_gate`); rotary covers `partial_rotary_factor` of each head. Qwen3-Next's
 DeltaNet projections are interleaved per key head (`in_proj_qkvz`, `in_proj_ba`); they are reordered
-into Qwen3.5's `W_qkv`, `W_z`, `W_b`, `W_a`. Qwen3.5's multimodal rotary (`mrope_section`) gives text
+into Qwen3.5's order (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`) side by side in one `W_in`. Qwen3.5's multimodal rotary (`mrope_section`) gives text
 positions the plain rotary of one position per token, which is what runs here.
 """
 
@@ -137,7 +137,7 @@ def _deltanet_projections(hf: Mapping[str, torch.Tensor], p: str, cfg) -> tuple[
 def deltanet_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch.Tensor]:
     """`linear_attn.*` -> `GatedDeltaNet`'s parameters (right-multiplying projections)."""
     qkv, z, b, a = _deltanet_projections(hf, p, cfg)
-    out = {"W_qkv": qkv.T, "W_z": z.T, "W_b": b.T, "W_a": a.T}  # [d_model, out]
+    out = {"W_in": torch.cat([qkv, z, b, a]).T}  # [d_model, 2 key_dim + 2 value_dim + 2 value_head]
     out.update(conv_weights(hf, p + "conv1d"))
     out.update(dt_bias=hf[p + "dt_bias"], A_log=hf[p + "A_log"], W_out=hf[p + "out_proj.weight"].T)
     out["norm.w"] = hf[p + "norm.weight"]  # [d_value]: plain gain (not 1 + w)

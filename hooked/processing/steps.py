@@ -201,7 +201,7 @@ def fold_layer_norm(
     """Fold every pre-norm's gain (and LayerNorm bias) into its readers; the norms lose their parameters.
 
     Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA; an output gate's `W_gate`), or a
-    recurrent mixer's input projections (Mamba's `W_in`, gated DeltaNet's `W_qkv`, `W_z`, `W_b`, `W_a`); W_in and W_gate
+    recurrent mixer's input projection `mixer.W_in`; W_in and W_gate
     (and every MoE expert's, plus the router) for `ln2`; W_U for `ln_final`; W_out for
     `solu_ln`'s `mlp.ln`. RMSNorms fold their gain only (no bias, no centering), so this
     is right for every norm type with the default flags. `ln1_post`/`ln2_post` and
