@@ -111,11 +111,12 @@ def forward_and_state(model, hf, length: int, repeats: int, clock) -> list[str]:
         times = interleaved(runs, repeats, clock)
         diff = (model(tokens) - hf(tokens).logits).abs().max().item()
     plain = statistics.median(times["hooked"])
+    cached, edited = statistics.median(times["cached"]) / plain, statistics.median(times["edited"]) / plain
     return [
         ratio_line(f"forward [1, {length}]", times["hooked"], times["hf"], "<= 1.0"),
         f"  max |logits - HF| = {diff:.2e}",
-        f"  observing every hook_ssm_state (cache): {statistics.median(times['cached']) / plain:5.2f}x the plain forward",
-        f"  editing one layer's hook_ssm_state:     {statistics.median(times['edited']) / plain:5.2f}x the plain forward",
+        f"  observing every hook_ssm_state (cache): {cached:5.2f}x the plain forward",
+        f"  editing one layer's hook_ssm_state:     {edited:5.2f}x the plain forward",
     ]
 
 
@@ -164,7 +165,7 @@ print((after - before) / 1024)
 
 def memory_lines(name: str, lengths: list[int]) -> list[str]:
     rows = [(length, peak_memory_mib(name, length, False)) for length in lengths]
-    lines = [f"  peak memory a forward adds (4 layers, state not observed): " + ", ".join(
+    lines = ["  peak memory a forward adds (4 layers, state not observed): " + ", ".join(
         f"{length}: {mib:.0f} MiB" for length, mib in rows
     )]  # fmt: skip
     per_pos = [mib / length for length, mib in rows]
@@ -188,7 +189,8 @@ def main() -> None:
     report = {}
     for name in args.model:
         model, hf = build(name)
-        print(f"{name}: {sum(p.numel() for p in hf.parameters()) / 1e6:.0f}M parameters, threads {torch.get_num_threads()}")
+        n_params = sum(p.numel() for p in hf.parameters()) / 1e6
+        print(f"{name}: {n_params:.0f}M parameters, threads {torch.get_num_threads()}")
         lines = forward_and_state(model, hf, args.length, args.repeats, clock)
         lines += decode(model, hf, args.prompt, args.new_tokens, args.repeats, clock)
         del model, hf

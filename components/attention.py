@@ -391,7 +391,7 @@ class GroupedQueryAttention(Attention):
         return x.repeat_interleave(self.repeats, dim=2)
 
 
-def attention_class(cfg: HookedTransformerConfig) -> type[Attention]:
+def attention_class(cfg: HookedTransformerConfig) -> type:
     """The attention layer a block of this config builds: grouped-query or not, output-gated or not."""
     if cfg.attn_output_gate:
         from hooked.components.gated_attention import gated_attention_class

@@ -97,8 +97,8 @@ class MambaMixer(nn.Module):
         inputs = (delta[..., None] * B[:, :, None, :].float()) * xs[..., None].float()  # [b, pos, d_inner, d_state]
         states = hooked_states(
             self.hook_ssm_state,
-            lambda: selective_scan(decay, inputs, initial, C=None),
-            lambda edits: selective_scan(decay, edits, None, C=None),
+            lambda: selective_scan_states(decay, inputs, initial),
+            lambda edits: selective_scan_states(decay, edits, None),
         )
         if states is not None:  # an edited (or differentiated) state: read every output from it
             y = (states.to(xs.dtype) @ C[..., None])[..., 0] + xs * self.D.float()  # [batch, pos, d_inner]
@@ -111,17 +111,27 @@ def selective_scan(
     decay: Float[torch.Tensor, "batch pos d_inner d_state"],
     inputs: Float[torch.Tensor, "batch pos d_inner d_state"],
     initial: Float[torch.Tensor, "batch d_inner d_state"] | None,
-    C: Float[torch.Tensor, "batch pos d_state"] | None,
-):
-    """`h_t = decay_t * h_{t-1} + inputs_t`, position by position (HF's recurrent loop).
-
-    With `C`: `(h_t C_t for every t [batch, pos, d_inner], final state)`, never keeping the states;
-    without: every position's state `[batch, pos, d_inner, d_state]`.
-    """
+    C: Float[torch.Tensor, "batch pos d_state"],
+) -> tuple[Float[torch.Tensor, "batch pos d_inner"], Float[torch.Tensor, "batch d_inner d_state"]]:
+    """`h_t = decay_t * h_{t-1} + inputs_t`, position by position (HF's recurrent loop), never keeping the
+    states: `(h_t C_t for every t, the final state)`."""
     h = torch.zeros_like(inputs[:, 0]) if initial is None else initial.float()  # [batch, d_inner, d_state]
     outputs = []
     for t in range(inputs.shape[1]):
         h = decay[:, t] * h + inputs[:, t]
-        outputs.append(h if C is None else torch.matmul(h.to(C.dtype), C[:, t, :, None])[..., 0])
-    stacked = torch.stack(outputs, dim=1)  # [batch, pos, d_inner(, d_state)]
-    return stacked if C is None else (stacked, h)
+        outputs.append(torch.matmul(h.to(C.dtype), C[:, t, :, None])[..., 0])  # [batch, d_inner]
+    return torch.stack(outputs, dim=1), h
+
+
+def selective_scan_states(
+    decay: Float[torch.Tensor, "batch pos d_inner d_state"],
+    inputs: Float[torch.Tensor, "batch pos d_inner d_state"],
+    initial: Float[torch.Tensor, "batch d_inner d_state"] | None,
+) -> Float[torch.Tensor, "batch pos d_inner d_state"]:
+    """The same recurrence, keeping every position's state (or, on edits as `inputs`, carrying them forward)."""
+    h = torch.zeros_like(inputs[:, 0]) if initial is None else initial.float()
+    states = []
+    for t in range(inputs.shape[1]):
+        h = decay[:, t] * h + inputs[:, t]
+        states.append(h)
+    return torch.stack(states, dim=1)

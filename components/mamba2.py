@@ -97,7 +97,9 @@ class Mamba2Mixer(nn.Module):
         entry = state.past_kv_cache[self.layer] if state.past_kv_cache is not None else None
         mask = state.new_mask()
         projected = F.linear(mask_padding(x, mask), self.W_in.t(), self.b_in)  # [batch, pos, in_proj]
-        z, xBC, dt = projected.split([self.d_inner, projected.shape[-1] - self.d_inner - self.n_heads, self.n_heads], -1)
+        z, xBC, dt = projected.split(
+            [self.d_inner, projected.shape[-1] - self.d_inner - self.n_heads, self.n_heads], -1
+        )
         z, dt = self.hook_gate(z), self.hook_dt(dt)
         xBC = self.hook_conv_in(mask_padding(xBC, mask))  # a padded position writes nothing, not even b_in
         conv_out, conv_state = self.conv(xBC, None if entry is None else entry.conv_state)

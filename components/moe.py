@@ -131,9 +131,10 @@ class MoE(nn.Module):
         return by_token.view(-1, self.top_k, x.shape[-1]).sum(1).to(x.dtype).view(x.shape)
 
 
-def _observed(expert: Expert) -> bool:
+def _observed(expert: nn.Module) -> bool:
     """Whether a hook watches one of `expert`'s activations (then it runs, and its hooks fire, with 0 rows)."""
-    return any(hp.observed for hp in (expert.hook_gate, expert.hook_pre, expert.hook_post, expert.hook_out))
+    hooks = (expert.hook_gate, expert.hook_pre, expert.hook_post, expert.hook_out)
+    return any(isinstance(hp, HookPoint) and hp.observed for hp in hooks)
 
 
 class SharedExpertMoE(MoE):
@@ -156,6 +157,8 @@ class SigmoidRoutedMoE(MoE):
     """LFM2-MoE: each expert scored by a sigmoid of its logit; the top k (chosen on the scores plus
     `expert_bias`, if any) weigh their outputs by their scores, renormalized (`norm_topk_prob`, HF's
     `+ 1e-6`) and times `routed_scaling_factor`. `hook_expert_weights` holds the sigmoid scores."""
+
+    expert_bias: torch.Tensor
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__(cfg)

@@ -14,7 +14,6 @@ from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
 
-
 #: the norm kind a post-sublayer norm keeps after fold_ln (it is never folded)
 _POST_NORM = {"LNPre": "LN", "RMSPre": "RMS"}
 

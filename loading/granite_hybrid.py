@@ -35,7 +35,9 @@ LAYER_TYPES = {"linear_attention": "mamba2", "full_attention": "attention", "mam
 
 def convert_granite_hybrid_config(hf: Any) -> dict:
     family = "GraniteMoeHybridForCausalLM"
-    kinds = require_supported(hf, family, "layer_types", lambda v: set(v) <= set(LAYER_TYPES), describe=str(LAYER_TYPES))
+    kinds = require_supported(
+        hf, family, "layer_types", lambda v: set(v) <= set(LAYER_TYPES), describe=str(LAYER_TYPES)
+    )
     rope = require_supported(hf, family, "position_embedding_type", ("rope", None))
     require_rope_types(hf, family, ("default",))
     require_supported(hf, family, "hidden_act", ("silu",))
@@ -105,7 +107,9 @@ def _mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch
 def fold_hybrid_multipliers(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
     """Multiply `W_E` by `embed_scale`, every sublayer's output weights by `residual_scale`, `W_U` by `logit_scale`."""
     writers = ["attn.W_O", "attn.b_O", "mixer.W_out", "mixer.b_out", "mlp.W_out", "mlp.b_out"]
-    writers += ["mlp.shared_expert.W_out.weight"] + [f"mlp.experts.{e}.W_out.weight" for e in range(cfg.num_experts or 0)]
+    writers += ["mlp.shared_expert.W_out.weight"] + [
+        f"mlp.experts.{e}.W_out.weight" for e in range(cfg.num_experts or 0)
+    ]
     scales = {"embed.W_E": cfg.embed_scale, "unembed.W_U": cfg.logit_scale, "unembed.b_U": cfg.logit_scale}
     scales.update({f"blocks.{layer}.{w}": cfg.residual_scale for layer in range(cfg.n_layers) for w in writers})
     return {k: (v * scales[k] if scales.get(k, 1.0) != 1.0 else v) for k, v in sd.items()}

@@ -119,7 +119,10 @@ def make_lfm2_weights(mlp_weights):
             if kind == "attention":
                 sd.update({b + k: v for k, v in lfm2_attention_weights(hf, p + "self_attn.", cfg).items()})
             else:
-                mixer = {**linear_weights(hf, p + "conv.in_proj", "in"), **linear_weights(hf, p + "conv.out_proj", "out")}
+                mixer = {
+                    **linear_weights(hf, p + "conv.in_proj", "in"),
+                    **linear_weights(hf, p + "conv.out_proj", "out"),
+                }
                 mixer.update(conv_weights(hf, p + "conv.conv"))
                 sd.update({b + "mixer." + k: v for k, v in mixer.items()})
             sd.update({b + k: v for k, v in mlp_weights(hf, p + "feed_forward.", cfg, layer).items()})

@@ -12,8 +12,9 @@ Every RMSNorm but the DeltaNet's gated one multiplies by `1 + w` in float32 (as 
 `q_norm.w` and `k_norm.w` hold the gain `1 + w`. The attention's `q_proj` yields a query and an
 output gate per head (`W_Q`, `W_gate`); rotary covers `partial_rotary_factor` of each head. Qwen3-Next's
 DeltaNet projections are interleaved per key head (`in_proj_qkvz`, `in_proj_ba`); they are reordered
-into Qwen3.5's order (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`) side by side in one `W_in`. Qwen3.5's multimodal rotary (`mrope_section`) gives text
-positions the plain rotary of one position per token, which is what runs here.
+into Qwen3.5's order (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`) side by side in one
+`W_in`. Qwen3.5's multimodal rotary (`mrope_section`) gives text positions the plain rotary of one
+position per token, which is what runs here.
 """
 
 from __future__ import annotations

@@ -543,12 +543,15 @@ SSM_CONFIGS = {
     "granite_hybrid_moe": ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig", _GRANITE_HYBRID, 20),
     "qwen3_next_moe": (
         "Qwen3NextForCausalLM", "Qwen3NextConfig",
-        dict(_DELTANET, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=20),
+        dict(_DELTANET, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+             shared_expert_intermediate_size=20),
         70,
     ),
     "qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig", dict(_DELTANET, intermediate_size=40), 70),
     # the text tower of the image-text class (a one-block vision tower, never run: text-only inputs)
-    "qwen3_5_multimodal": ("Qwen3_5ForConditionalGeneration", "Qwen3_5Config", dict(_DELTANET, intermediate_size=40), 70),
+    "qwen3_5_multimodal": (
+        "Qwen3_5ForConditionalGeneration", "Qwen3_5Config", dict(_DELTANET, intermediate_size=40), 70,
+    ),
     "lfm2": (
         "Lfm2ForCausalLM", "Lfm2Config",
         dict(
@@ -625,9 +628,19 @@ HOOKED_FAMILIES = {
     "attn_only_shortformer": dict(attn_only=True, positional_embedding_type="shortformer"),
     # a hybrid: Mamba-2, gated attention and gated DeltaNet layers, each with an MLP (issue 38)
     "hybrid_ssm": dict(
-        HOOKED_ROTARY, n_layers=3, layer_types=["mamba2", "attention", "gated_deltanet"], attn_output_gate=True,
-        ssm_d_state=8, ssm_d_inner=32, ssm_n_heads=4, ssm_n_groups=2, ssm_chunk_size=4, deltanet_n_key_heads=2,
-        deltanet_n_value_heads=4, deltanet_d_key_head=8, deltanet_d_value_head=8,
+        HOOKED_ROTARY,
+        n_layers=3,
+        layer_types=["mamba2", "attention", "gated_deltanet"],
+        attn_output_gate=True,
+        ssm_d_state=8,
+        ssm_d_inner=32,
+        ssm_n_heads=4,
+        ssm_n_groups=2,
+        ssm_chunk_size=4,
+        deltanet_n_key_heads=2,
+        deltanet_n_value_heads=4,
+        deltanet_d_key_head=8,
+        deltanet_d_value_head=8,
     ),
 }
 

@@ -397,11 +397,11 @@ class CacheAnalysisMixin:
         """Every head's write to the residual stream in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
 
         In a hybrid model only its attention layers have heads (`cfg.attention_layers`); a recurrent
-        layer's write stays in the remainder. `incl_remainder` appends `remainder` = `resid_post[layer-1]` minus the heads, so
-        the stack sums to the residual stream. Behind post-sublayer norms (Gemma 2/3
-        `ln1_post`, OLMo-2/3 `ln1`) each head's result is passed through that norm with its
-        scale frozen from the cache (`hook_scale`, as `apply_ln` freezes the final norm's)
-        and its gain applied, so a layer's heads sum to its `hook_attn_out`;
+        layer's write stays in the remainder. `incl_remainder` appends `remainder` =
+        `resid_post[layer-1]` minus the heads, so the stack sums to the residual stream. Behind
+        post-sublayer norms (Gemma 2/3 `ln1_post`, OLMo-2/3 `ln1`) each head's result is passed
+        through that norm with its scale frozen from the cache (`hook_scale`, as `apply_ln` freezes
+        the final norm's) and its gain applied, so a layer's heads sum to its `hook_attn_out`;
         `freeze_post_norm=False` gives the raw results from before the norm instead.
 
         Args:
@@ -426,7 +426,10 @@ class CacheAnalysisMixin:
         if layers:
             results = [pos_slice.apply(self["result", layer_i], dim=-3) for layer_i in layers]  # [*bp, head, d_model]
             if freeze_post_norm:
-                results = [self._freeze_post_norm(r, layer_i, "attn", pos_slice) for layer_i, r in zip(layers, results)]
+                results = [
+                    self._freeze_post_norm(r, layer_i, "attn", pos_slice)
+                    for layer_i, r in zip(layers, results, strict=True)
+                ]
             stack = torch.cat(results, dim=-2).movedim(-2, 0)  # [layer * head, *bp, d_model]
         else:
             stack = torch.zeros(0, *pos_slice.apply(self._resid_like(), dim=-2).shape, device=self._resid_like().device)
@@ -792,7 +795,8 @@ class CacheAnalysisMixin:
         """The residual stream entering `layer` as heads, neurons (or MLP layers), embeddings and biases.
 
         Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), a hybrid's recurrent layers as
-        `{l}_mixer_out` (whole: they have no heads or neurons), `embed`, `pos_embed`, `bias`. The components sum to the residual stream, also behind post-sublayer norms
+        `{l}_mixer_out` (whole: they have no heads or neurons), `embed`, `pos_embed`, `bias`.
+        The components sum to the residual stream, also behind post-sublayer norms
         (Gemma 2/3, OLMo-2/3): there each head and neuron goes through its sublayer's norm
         with the cached scale frozen (see `stack_head_results`); `freeze_post_norm=False`
         gives the raw pre-norm writes, which do not sum to it.

@@ -78,7 +78,7 @@ def test_attention_helpers_name_the_layer_type_of_a_recurrent_layer(run):
         with pytest.raises(LayerTypeError, match=kind):
             cache[key]
     with pytest.raises(LayerTypeError, match=kind):
-        model.W_Q
+        _ = model.W_Q
     with pytest.raises(LayerTypeError, match="detect_head needs attention"):
         detect_head(model, t[:1], "previous_token_head", heads=[(layer, 0)])
     scores = detect_head(model, t[:1], "previous_token_head")  # default: every head of the attention layers

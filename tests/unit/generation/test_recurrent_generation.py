@@ -68,7 +68,9 @@ def test_hooks_see_the_state_at_every_step(model):
     layer = model.cfg.recurrent_layers[0]
     name = f"blocks.{layer}.mixer.hook_{'ssm_state' if model.cfg.mixer_types[layer] != 'short_conv' else 'conv_out'}"
     seen = []
-    model.generate(tokens(2, 6), max_new_tokens=5, fwd_hooks=[(name, lambda act, hook: seen.append(act.shape[1]))], **GREEDY)
+    model.generate(
+        tokens(2, 6), max_new_tokens=5, fwd_hooks=[(name, lambda act, hook: seen.append(act.shape[1]))], **GREEDY
+    )
     assert seen == [6, 1, 1, 1, 1]  # the prompt at the prefill, then one new position per step
 
 
@@ -98,7 +100,7 @@ def test_return_cache_equals_run_with_cache_on_the_fed_sequence(model):
     with torch.no_grad():
         _, reference = model.run_with_cache(out.sequences[:, :-1], names_filter=names)
     assert set(out.cache.keys()) == set(reference.keys())
-    for key in reference.keys():
+    for key in reference:
         assert max_abs(out.cache[key], reference[key]) <= ATOL, key
 
 
