@@ -161,7 +161,7 @@ def delta_rule_states(
     batch, n_heads, n_pos, d_key = k.shape
     d_value = v.shape[-1] if v is not None else edits.shape[-1]  # type: ignore[union-attr]
     S = k.new_zeros(batch, n_heads, d_key, d_value) if initial is None else initial.float()
-    states = []
+    states = k.new_empty(batch, n_pos, n_heads, d_key, d_value)  # written in place: one copy of the states
     for t in range(n_pos):
         S = S * decay[:, :, t].exp()[..., None, None]
         k_t = k[:, :, t]  # [batch, head, d_key]
@@ -170,8 +170,8 @@ def delta_rule_states(
         S = S + k_t.unsqueeze(-1) * (target * beta[:, :, t].unsqueeze(-1)).unsqueeze(-2)
         if edits is not None:
             S = S + edits[:, t]
-        states.append(S)
-    return torch.stack(states, dim=1)
+        states[:, t] = S
+    return states
 
 
 def recurrent_delta_rule(q, k, v, decay, beta, initial) -> tuple[torch.Tensor, torch.Tensor]:

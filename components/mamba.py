@@ -130,8 +130,8 @@ def selective_scan_states(
 ) -> Float[torch.Tensor, "batch pos d_inner d_state"]:
     """The same recurrence, keeping every position's state (or, on edits as `inputs`, carrying them forward)."""
     h = torch.zeros_like(inputs[:, 0]) if initial is None else initial.float()
-    states = []
+    states = torch.empty_like(inputs)  # written in place: one copy of the states
     for t in range(inputs.shape[1]):
         h = decay[:, t] * h + inputs[:, t]
-        states.append(h)
-    return torch.stack(states, dim=1)
+        states[:, t] = h
+    return states

@@ -161,13 +161,15 @@ def materialise_states(
     `B` None: the recurrence without its input, which carries edits forward).
     """
     decay = torch.exp(log_decay.float())[..., None, None]  # [batch, pos, head, 1, 1]
-    u = inputs[..., None] * B[:, :, :, None, :] if B is not None else inputs  # [batch, pos, head, d_head, d_state]
-    h = torch.zeros_like(u[:, 0]) if initial is None else initial.float()
-    states = []
-    for t in range(u.shape[1]):
-        h = h * decay[:, t] + u[:, t]
-        states.append(h)
-    return torch.stack(states, dim=1)
+    batch, n_pos, n_heads, d_head = inputs.shape[:4]
+    d_state = B.shape[-1] if B is not None else inputs.shape[-1]
+    h = inputs.new_zeros(batch, n_heads, d_head, d_state) if initial is None else initial.float()
+    states = inputs.new_empty(batch, n_pos, n_heads, d_head, d_state)  # written in place: one copy of the states
+    for t in range(n_pos):
+        u = inputs[:, t, ..., None] * B[:, t, :, None, :] if B is not None else inputs[:, t]  # [b, head, d_head, N]
+        h = h * decay[:, t] + u
+        states[:, t] = h
+    return states
 
 
 def _segment_sum(x: Float[torch.Tensor, "... chunk"]) -> Float[torch.Tensor, "... chunk chunk"]:

@@ -33,7 +33,7 @@ from jaxtyping import Float, Int
 from hooked.components.activations import get_activation
 from hooked.components.norms import unedited
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import NNSIGHT_STATE, HookPoint
 from hooked.core.validation import require_set
 
 
@@ -95,6 +95,29 @@ class MoE(nn.Module):
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
 
+    def _watched_experts(self) -> set[int]:
+        """The experts a hook watches (they run even with no token), in one pass over their hook points.
+
+        The hook points are listed once (and again if an expert was replaced): a decode step asks this
+        of every MoE layer, and attribute lookups through `nn.Module` cost more than the checks.
+        """
+        listed = self.__dict__.get("_expert_hooks")
+        if listed is None or any(a is not b for a, b in zip(listed[0], self.experts, strict=True)):
+            hooks = [
+                (e, m) for e, expert in enumerate(self.experts) for m in expert.modules() if isinstance(m, HookPoint)
+            ]
+            listed = self.__dict__["_expert_hooks"] = (list(self.experts), hooks)
+        # `HookPoint.observed`, spelled out: any hook function or module hook, or an nnsight trace on it
+        return {
+            e
+            for e, hp in listed[1]
+            if hp._fwd_fns
+            or hp._bwd_fns
+            or hp._forward_hooks
+            or hp._forward_pre_hooks
+            or (NNSIGHT_STATE in hp.__dict__ and hp.observed)
+        }
+
     def route(
         self, x: Float[torch.Tensor, "batch pos d_model"]
     ) -> tuple[Int[torch.Tensor, "batch pos k"], Float[torch.Tensor, "batch pos k"]]:
@@ -114,10 +137,11 @@ class MoE(nn.Module):
         order = slots.argsort(stable=True)  # slots grouped by expert, tokens ascending within each
         tokens = order // self.top_k  # [tokens * k]
         counts = torch.bincount(slots, minlength=self.num_experts).tolist()
+        watched = self._watched_experts() if 0 in counts else ()
         outputs = [
             expert(flat[rows])  # [n_e, d_model]
-            for expert, rows, count in zip(self.experts, tokens.split(counts), counts, strict=True)
-            if count or _observed(expert)  # an expert no token reached adds nothing: skip it unless hooked
+            for e, (expert, rows) in enumerate(zip(self.experts, tokens.split(counts), strict=True))
+            if counts[e] or e in watched  # an expert no token reached adds nothing: skip it unless hooked
         ]
         slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
         if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first
@@ -129,12 +153,6 @@ class MoE(nn.Module):
         by_token[order] = mixed  # [tokens * k, d_model]: back in (token, slot) order
         # One sum over each token's k slots, then one cast: HF's default (`grouped_mm`) experts
         return by_token.view(-1, self.top_k, x.shape[-1]).sum(1).to(x.dtype).view(x.shape)
-
-
-def _observed(expert: nn.Module) -> bool:
-    """Whether a hook watches one of `expert`'s activations (then it runs, and its hooks fire, with 0 rows)."""
-    hooks = (expert.hook_gate, expert.hook_pre, expert.hook_post, expert.hook_out)
-    return any(isinstance(hp, HookPoint) and hp.observed for hp in hooks)
 
 
 class SharedExpertMoE(MoE):

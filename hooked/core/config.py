@@ -183,7 +183,8 @@ class HookedTransformerConfig:
     """The token mixer of each block (length `n_layers`), one of `LAYER_TYPES`: `attention`, `mamba` (Mamba's
     selective scan), `mamba2` (Mamba-2's SSD), `gated_deltanet` (Qwen3-Next, Qwen3.5), `short_conv` (LFM2), or
     `mlp` (a block with an MLP and no token mixer, Nemotron-H); None: attention in every block. A hybrid model
-    is this list; see `recurrent_layers` and `attention_layers`."""
+    is this list; see `recurrent_layers` and `attention_layers`. A longer list is cut to `n_layers` (loading
+    `first_n_layers`)."""
     single_sublayer_blocks: bool = False
     """Each block holds one sublayer: its token mixer, or for `mlp` layers its MLP (Mamba, Mamba-2, Nemotron-H);
     False: a token mixer, then an MLP, as in a transformer block."""
@@ -390,7 +391,7 @@ class HookedTransformerConfig:
             if self.single_sublayer_blocks:
                 raise ConfigError("single_sublayer_blocks needs layer_types (which sublayer each block holds)")
             return
-        self.layer_types = list(self.layer_types)
+        self.layer_types = list(self.layer_types)[: self.n_layers]  # `first_n_layers` keeps the first types
         self.ssm_dt_limit = (float(self.ssm_dt_limit[0]), float(self.ssm_dt_limit[1]))
         unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if len(self.layer_types) != self.n_layers or unknown:
@@ -398,6 +399,10 @@ class HookedTransformerConfig:
                 f"layer_types must name one of {LAYER_TYPES} for each of the {self.n_layers} layers, got "
                 f"{self.layer_types!r}"
             )
+        unsupported = [f for f in ("post_sublayer_norm", "use_normalization_before_and_after", "parallel_attn_mlp")
+                       if getattr(self, f)]  # fmt: skip
+        if unsupported:
+            raise ConfigError(f"layer_types (hybrid blocks) do not support {', '.join(unsupported)}")
         if "mlp" in self.layer_types and not self.single_sublayer_blocks:
             raise ConfigError("an 'mlp' layer (a block with no token mixer) needs single_sublayer_blocks=True")
         needs = {
