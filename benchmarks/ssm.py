@@ -3,8 +3,9 @@
 Two models, built from a config with random weights (nothing downloaded):
 
 - `mamba2-130m`: Mamba-2's 130M shape (d_model 768, 24 layers, 24 heads of 64, state 128, chunk 256);
-- `qwen3-next`: Qwen3-Next's layout scaled down (8 layers, three gated DeltaNet layers to one gated
-  attention layer, 32 experts of which 8 per token and a shared expert, its head sizes).
+- `qwen3-next`: Qwen3-Next's layout at half its width (d_model 1024, 8 layers: three gated DeltaNet
+  layers to one gated attention layer; its head sizes: attention heads of 256, DeltaNet heads of 128;
+  32 experts of 256, 8 per token, and a shared expert).
 
 HF runs its PyTorch fallback (no `mamba_ssm`, `causal_conv1d` or `flash-linear-attention` installed),
 with its default attention (SDPA). Both sides are timed in one run, interleaved (alternating which goes
@@ -48,9 +49,9 @@ MODELS = {
     ),
     "qwen3-next": (
         "Qwen3NextConfig", "Qwen3NextForCausalLM",
-        dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
-             linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
-             num_experts=32, num_experts_per_tok=8, moe_intermediate_size=128, shared_expert_intermediate_size=128,
+        dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2, head_dim=256,
+             linear_num_key_heads=8, linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
+             num_experts=32, num_experts_per_tok=8, moe_intermediate_size=256, shared_expert_intermediate_size=256,
              vocab_size=VOCAB, layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
              + ["full_attention"]),
     ),
@@ -144,22 +145,30 @@ def decode(model, hf, prompt: int, new_tokens: int, repeats: int, clock) -> list
 
 
 def peak_memory_mib(name: str, length: int, observe: bool) -> float:
-    """The peak resident memory (MiB) one forward adds, measured in a fresh process (4 layers of the model)."""
+    """The peak resident memory (MiB) one forward adds above the loaded model, in a fresh process (4 layers).
+
+    Linux only: the peak (`VmHWM`) is reset through `/proc/self/clear_refs` after loading, so the
+    memory that building the HF model took does not count.
+    """
     code = f"""
-import resource, sys, torch
+import ctypes, gc, sys, torch
 sys.path.insert(0, "benchmarks")
 from ssm import build
-model, hf = build({name!r}, num_hidden_layers=4, **({{"layer_types": ["linear_attention"] * 3 + ["full_attention"]}}
-                                                     if {name!r} == "qwen3-next" else {{}}))
+def status(key):
+    return int(next(line for line in open("/proc/self/status") if line.startswith(key)).split()[1]) / 1024
+changes = {{"layer_types": ["linear_attention"] * 3 + ["full_attention"]}} if {name!r} == "qwen3-next" else {{}}
+model, hf = build({name!r}, num_hidden_layers=4, **changes)
 del hf
+gc.collect()
+ctypes.CDLL("libc.so.6").malloc_trim(0)
 tokens = torch.randint(0, 1000, (1, {length}))
 names = [f"blocks.{{model.cfg.recurrent_layers[-1]}}.mixer.hook_ssm_state"]
 with torch.inference_mode():
     model(tokens[:, :8])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    model.run_with_cache(tokens, names_filter=names) if {observe} else model(tokens)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((after - before) / 1024)
+    before = status("VmRSS")
+    open("/proc/self/clear_refs", "w").write("5")
+    out = model.run_with_cache(tokens, names_filter=names) if {observe} else model(tokens)
+    print(status("VmHWM") - before)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=1800)
     return float(out.stdout.strip().splitlines()[-1])
@@ -184,7 +193,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
-    parser.add_argument("--memory-lengths", type=int, nargs="*", default=[256, 512, 1024, 2048])
+    parser.add_argument("--memory-lengths", type=int, nargs="*", default=[512, 1024, 2048, 4096])
     args = parser.parse_args()
     apply_machine_options(args)
     clock = CLOCKS[args.clock]
