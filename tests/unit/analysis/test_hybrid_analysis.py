@@ -113,3 +113,19 @@ def test_attribution_patching_reaches_the_state(run):
     per_position = scores[name].flatten(2).sum(-1)  # [batch, pos]
     assert bool((per_position[:, :3] == 0).all())  # before the corrupted token the two runs' states are equal
     assert bool((per_position[:, 3:].abs() > 0).all())
+
+
+def test_the_inspect_report_reads_every_layer_type(run):
+    """`hooked inspect`'s attribution names each write by its sublayer; its top heads come from attention layers."""
+    from hooked.analysis.inspection import direct_logit_attribution, top_heads
+
+    model, t, cache = run
+    labels = {label for label, _ in direct_logit_attribution(model, cache, t.shape[1] - 1, 5, k=100)}
+    expected = {"embed"} | {
+        f"{dict(attn_out='attn', mixer_out='mixer', mlp_out='mlp')[w]} {layer}"
+        for layer in range(model.cfg.n_layers)
+        for w in model.cfg.block_writes(layer)
+    }
+    assert labels == expected
+    heads = top_heads(model, cache, t.shape[1] - 1, [str(i) for i in range(t.shape[1])])
+    assert {int(label[1:].split("H")[0]) for label, _, _ in heads} <= set(model.cfg.attention_layers)
