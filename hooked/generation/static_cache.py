@@ -58,10 +58,13 @@ def compile_safe(fn: Callable) -> Callable:
 
 
 def is_compile_safe(fn: Callable) -> bool:
-    """Whether a hook may run inside a compiled decode step: an `nn.Module`, or marked `compile_safe`."""
+    """Whether a hook may run inside a compiled decode step: an `nn.Module`, or marked `compile_safe`
+    (the interventions of `hooked.analysis.interventions` are); `at_steps(fn, ...)` is as safe as `fn`."""
+    if getattr(fn, "compile_safe", False):
+        return True
     if isinstance(fn, AtSteps):
         return is_compile_safe(fn.fn)
-    return isinstance(fn, nn.Module) or bool(getattr(fn, "compile_safe", False))
+    return isinstance(fn, nn.Module)
 
 
 def hook_label(fn: Callable) -> str:
