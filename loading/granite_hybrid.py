@@ -96,8 +96,12 @@ def _mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch
             "mlp.b_gate": zeros(gate.shape[0]), "mlp.b_in": zeros(up.shape[0]), "mlp.b_out": zeros(cfg.d_model),
         }  # fmt: skip
     moe = p + "block_sparse_moe."
-    routed = {"gate.weight": hf[moe + "router.weight"], "experts.gate_up_proj": hf[moe + "experts.gate_up_proj"]}
-    routed["experts.down_proj"] = hf[moe + "experts.down_proj"]
+    on_disk = moe + "input_linear.weight" in hf  # the checkpoint's names; transformers 5 renames them in memory
+    routed = {
+        "gate.weight": hf[moe + ("router.layer.weight" if on_disk else "router.weight")],
+        "experts.gate_up_proj": hf[moe + ("input_linear.weight" if on_disk else "experts.gate_up_proj")],
+        "experts.down_proj": hf[moe + ("output_linear.weight" if on_disk else "experts.down_proj")],
+    }
     out = {"mlp." + k: v for k, v in expert_weights(routed, "", cfg, ("", "", "")).items()}
     out.update({"mlp.shared_expert.W_gate.weight": gate, "mlp.shared_expert.W_in.weight": up})
     out["mlp.shared_expert.W_out.weight"] = shared_out  # [d_model, d_shared]

@@ -25,7 +25,7 @@ from hooked.loading.common import hf_rope_parameters, strip_prefix, unembed_weig
 from hooked.loading.config_checks import require_rope_types, require_supported
 from hooked.loading.llama import attention_weights
 from hooked.loading.mamba import conv_weights, linear_weights
-from hooked.loading.moe import QWEN_EXPERT_NAMES, expert_weights
+from hooked.loading.moe import MIXTRAL_EXPERT_NAMES, expert_weights
 from hooked.loading.registry import register_architecture
 
 LAYER_TYPES = {"conv": "short_conv", "full_attention": "attention"}
@@ -153,7 +153,7 @@ def lfm2_moe_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg, layer: int
     """A dense layer's SwiGLU, or the router (`gate`), fused experts and `expert_bias` -> `mlp.*`."""
     if layer in (cfg.dense_mlp_layers or ()):
         return swiglu_weights(hf, p)
-    out = {"mlp." + k: v for k, v in expert_weights(hf, p, cfg, QWEN_EXPERT_NAMES).items()}
+    out = {"mlp." + k: v for k, v in expert_weights(hf, p, cfg, MIXTRAL_EXPERT_NAMES).items()}  # w1, w3, w2
     if cfg.router_expert_bias:
         out["mlp.expert_bias"] = hf[p + "expert_bias"]  # [num_experts], float32
     return out

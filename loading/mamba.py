@@ -104,7 +104,8 @@ def make_ssm_weights(mixer_weights):
     def convert(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
         """HF Mamba state dict (`backbone.layers.{l}...`) -> TransformerLens-style names (views)."""
         hf = strip_prefix(hf_state, "backbone.")
-        sd = {"embed.W_E": hf["embeddings.weight"]}  # [d_vocab, d_model]
+        embedding = "embeddings.weight" if "embeddings.weight" in hf else "embedding.weight"  # older checkpoints
+        sd = {"embed.W_E": hf[embedding]}  # [d_vocab, d_model]
         for layer in range(cfg.n_layers):
             p, b = f"layers.{layer}.", f"blocks.{layer}."
             sd[b + "ln1.w"] = hf[p + "norm.weight"]

@@ -70,7 +70,8 @@ def convert_nemotron_h_config(hf: Any) -> dict:
 
 def convert_nemotron_h_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
     """HF Nemotron-H state dict (`model.layers.{l}...`) -> TransformerLens-style names (views)."""
-    hf = strip_prefix(hf_state, "model.")
+    prefix = "backbone." if "backbone.embeddings.weight" in hf_state else "model."  # on disk / in memory
+    hf = strip_prefix(hf_state, prefix)
     sd = {"embed.W_E": hf["embeddings.weight"]}  # [d_vocab, d_model]
     for layer, kind in enumerate(cfg.mixer_types):
         p, b = f"layers.{layer}.", f"blocks.{layer}."

@@ -127,3 +127,15 @@ def test_bfloat16_matches_hf(name):
         assert torch.equal(ours, theirs)
     else:
         assert max_abs(ours, reference) <= BF16_ERROR_RATIO * max_abs(theirs, reference)
+
+
+def test_loads_from_a_saved_checkpoint(case, tmp_path):
+    """The on-disk names (Granite's `input_linear`, LFM2-MoE's per-expert `w1`, Nemotron-H's `backbone.`) load too."""
+    from hooked import HookedTransformer
+
+    name, hf, model = case
+    hf.save_pretrained(tmp_path)
+    from_disk = HookedTransformer.from_pretrained_no_processing(str(tmp_path))
+    t = tokens(2, 12)
+    with torch.no_grad():
+        assert max_abs(from_disk(t), model(t)) <= ATOL
