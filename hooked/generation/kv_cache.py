@@ -69,6 +69,9 @@ class HookedTransformerKeyValueCacheEntry:
 class HookedTransformerKeyValueCache:
     """Per-layer KV entries plus the attention mask of the cached positions.
 
+    A state-space or hybrid model's recurrent layers hold a `RecurrentStateEntry` instead (their
+    convolution window and state, `hooked/generation/recurrent_cache.py`); `cache[layer]` is either.
+
     A frozen cache is read but never extended: every forward attends to the cached
     prefix plus its own tokens, so one prefix can serve many continuations.
     """
