@@ -110,7 +110,8 @@ class Mamba2Mixer(nn.Module):
         B = self.hook_B(B.reshape(batch, n_pos, self.n_groups, self.d_state))  # [batch, pos, group, d_state]
         C = self.hook_C(C.reshape(batch, n_pos, self.n_groups, self.d_state))  # [batch, pos, group, d_state]
         delta = F.softplus(dt + self.dt_bias.to(dt.dtype))  # [batch, pos, head]
-        delta = self.hook_delta(torch.clamp(delta, *self.cfg.ssm_dt_limit))
+        low, high = self.cfg.ssm_dt_limit
+        delta = self.hook_delta(torch.clamp(delta, min=low, max=high))
         A = -torch.exp(self.A_log.float())  # [head]
         log_decay = self.hook_log_decay(A * delta.float())  # [batch, pos, head], float32
         initial = None if entry is None else entry.ssm_state

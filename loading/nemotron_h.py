@@ -61,7 +61,7 @@ def convert_nemotron_h_config(hf: Any) -> dict:
         ssm_n_groups=hf.n_groups,
         ssm_conv_kernel=hf.conv_kernel,
         ssm_chunk_size=hf.chunk_size,
-        ssm_dt_limit=(hf.time_step_min, float("inf")),
+        ssm_dt_limit=(hf.time_step_min, None),  # HF's mixer: (time_step_min, inf)
         ssm_act_fn=hf.mamba_hidden_act,
         original_architecture=family,
         default_prepend_bos=False,

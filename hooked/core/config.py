@@ -202,8 +202,10 @@ class HookedTransformerConfig:
     """Width of the depthwise causal convolution before the scan (Mamba, Mamba-2, gated DeltaNet, LFM2)."""
     ssm_chunk_size: int = 256
     """Mamba-2: positions per chunk of the SSD scan (HF's `chunk_size`; only the rounding depends on it)."""
-    ssm_dt_limit: tuple[float, float] = (0.0, float("inf"))
-    """Mamba-2: the step size is clamped to this range after the softplus (HF's `time_step_limit`)."""
+    ssm_dt_limit: tuple[float, float | None] | list[float | None] = (0.0, None)
+    """Mamba-2: the step size is clamped to `[low, high]` after the softplus (HF's `time_step_limit`); a high of
+    None: no upper bound (HF's `inf`, kept out of the config so that it stays valid JSON); a list (from JSON) becomes
+    a tuple."""
     ssm_act_fn: str = "silu"
     """Activation after the causal convolution of Mamba, Mamba-2 and gated DeltaNet layers."""
     deltanet_n_key_heads: int | None = None
@@ -392,7 +394,8 @@ class HookedTransformerConfig:
                 raise ConfigError("single_sublayer_blocks needs layer_types (which sublayer each block holds)")
             return
         self.layer_types = list(self.layer_types)[: self.n_layers]  # `first_n_layers` keeps the first types
-        self.ssm_dt_limit = (float(self.ssm_dt_limit[0]), float(self.ssm_dt_limit[1]))
+        low, high = self.ssm_dt_limit
+        self.ssm_dt_limit = (float(low or 0.0), None if high is None or math.isinf(high) else float(high))
         unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if len(self.layer_types) != self.n_layers or unknown:
             raise ConfigError(

@@ -59,3 +59,15 @@ def test_impossible_layer_types_are_refused(fields, message):
 def test_a_longer_list_is_cut_to_the_layers_kept():
     cfg = HookedTransformerConfig(**dict(BASE, n_layers=2), **MAMBA2, layer_types=["mamba2", "attention", "mamba2"])
     assert cfg.layer_types == ["mamba2", "attention"]
+
+
+def test_a_hybrid_config_is_strict_json():
+    """`hooked serve` sends the config as JSON (no NaN or Infinity): HF's unbounded step limit is None here."""
+    import json
+
+    cfg = HookedTransformerConfig(**BASE, **MAMBA2, layer_types=["mamba2"] * 3, ssm_dt_limit=(0.001, float("inf")))
+    assert cfg.ssm_dt_limit == (0.001, None)
+    sent = json.loads(json.dumps(cfg.to_dict(), allow_nan=False, default=str))
+    assert HookedTransformerConfig(
+        **BASE, **MAMBA2, layer_types=sent["layer_types"], ssm_dt_limit=sent["ssm_dt_limit"]
+    ).ssm_dt_limit == (0.001, None)
