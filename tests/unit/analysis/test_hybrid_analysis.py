@@ -120,7 +120,8 @@ def test_the_inspect_report_reads_every_layer_type(run):
     from hooked.analysis.inspection import direct_logit_attribution, top_heads
 
     model, t, cache = run
-    labels = {label for label, _ in direct_logit_attribution(model, cache, t.shape[1] - 1, 5, k=100)}
+    with torch.no_grad():  # as `inspect_prompt` runs it
+        labels = {label for label, _ in direct_logit_attribution(model, cache, t.shape[1] - 1, 5, k=100)}
     expected = {"embed"} | {
         f"{dict(attn_out='attn', mixer_out='mixer', mlp_out='mlp')[w]} {layer}"
         for layer in range(model.cfg.n_layers)
