@@ -15,6 +15,7 @@ from hooked.loading.checkpoint import (
     SafetensorsStateDict,
     has_tokenizer,
     load_hf_config,
+    load_processor,
     load_tokenizer,
     safetensors_files,
 )
@@ -151,7 +152,10 @@ def load_pretrained(cls, model_name: str, options: LoadOptions | None = None):
     tokenizer = options.tokenizer
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=options.default_padding_side)
+    model_class = cls.model_class_for(cfg)  # an image-text config: HookedVisionLanguageModel
+    model = model_class(cfg, tokenizer, move_to_device=False, default_padding_side=options.default_padding_side)
+    if cfg.vision_language is not None and source.tokenizer_path is not None:  # image-text: the processor too
+        setattr(model, "processor", load_processor(source.tokenizer_path))  # noqa: B010 - set on the subclass only
     check_converted_shapes({k: v.shape for k, v in model.state_dict().items()}, state, tracked)
     model.load_and_process_state_dict(state, **options.processing, owned=True, protected_storages=protected)
     if options.move_to_device:

@@ -535,6 +535,144 @@ def token_pair(batch: int = 3, pos: int = 6, seed: int = 0, positions=(2,)) -> t
     return clean, corrupted
 
 
+# -- image-text models: LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3 (issue 39) -------------
+# A 28-pixel image (or tile) in 7-pixel patches: a 4 x 4 grid. The ViTs have 3 blocks (LLaVA reads
+# block 2's output, -2), d_model 24 in 3 heads; the language models are 2-layer, d_model 32, with GQA.
+# Any-resolution grids up to 2 x 2 tiles; OneVision's anyres_max_1 shrinks every grid (bilinearly).
+
+VLM_PINPOINTS = [[28, 56], [56, 28], [56, 56]]
+VLM_VOCAB = 303  # make_tokenizer's 300 tokens and 3 image specials
+#: the image tokenizers' specials: LLaVA's placeholder, Gemma 3's begin/soft/end of image
+LLAVA_IMAGE_TOKEN, GEMMA_IMAGE_TOKENS = "<image>", ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+_VLM_TEXT = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=VLM_VOCAB, max_position_embeddings=128, pad_token_id=2, bos_token_id=1, eos_token_id=0,
+)  # fmt: skip
+_VLM_VISION = dict(
+    hidden_size=24, intermediate_size=40, num_hidden_layers=3, num_attention_heads=3, image_size=28, patch_size=7
+)
+_CLIP = dict(_VLM_VISION, model_type="clip_vision_model", hidden_act="quick_gelu")
+_SIGLIP = dict(_VLM_VISION, model_type="siglip_vision_model")
+
+#: name -> (HF class prefix, config kwargs)
+VLM_CONFIGS = {
+    "llava": ("Llava", dict(
+        text_config=dict(_VLM_TEXT, model_type="llama"), vision_config=_CLIP, image_token_id=300,
+        vision_feature_layer=-2, vision_feature_select_strategy="default", projector_hidden_act="gelu",
+    )),
+    "llava_next": ("LlavaNext", dict(
+        text_config=dict(_VLM_TEXT, model_type="mistral", sliding_window=None), vision_config=_CLIP,
+        image_token_id=300, image_grid_pinpoints=VLM_PINPOINTS, vision_feature_layer=[-3, -2],
+    )),
+    "llava_onevision": ("LlavaOnevision", dict(
+        text_config=dict(_VLM_TEXT, model_type="qwen2"), vision_config=_SIGLIP, image_token_id=300,
+        image_grid_pinpoints=VLM_PINPOINTS, vision_feature_layer=-1, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_1",
+    )),
+    "gemma3_pooled": ("Gemma3", dict(
+        text_config=dict(_VLM_TEXT, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+                         layer_types=["sliding_attention", "full_attention"], rope_parameters=GEMMA3_ROPE),
+        vision_config=dict(_SIGLIP, image_size=28, patch_size=7), mm_tokens_per_image=4, image_token_index=301,
+        boi_token_index=300, eoi_token_index=302,
+    )),
+}  # fmt: skip
+
+
+def tiny_vlm(name: str, seed: int = 0):
+    """The random HF image-text model of `VLM_CONFIGS[name]` (eager attention), every parameter redrawn.
+
+    As the decoders above: q/k N(0, 0.25²), other matrices, biases and embeddings N(0, 0.1²),
+    LayerNorm gains 1 + N(0, 0.2²); Gemma's `1 + w` norms (the text model's and the projector's)
+    w ~ N(0, 0.3²).
+    """
+    import transformers
+
+    prefix, kwargs = VLM_CONFIGS[name]
+    config = getattr(transformers, prefix + "Config")(**copy.deepcopy(kwargs), attn_implementation="eager")
+    torch.manual_seed(seed)
+    hf = getattr(transformers, prefix + "ForConditionalGeneration")(config).eval()
+    gemma = prefix == "Gemma3"
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if "norm" in pname and gemma and "vision_tower" not in pname:
+                p.copy_(0.3 * torch.randn_like(p))  # gain 1 + w
+            elif "norm" in pname:
+                p.copy_((1 if pname.endswith("weight") else 0) + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
+    return hf
+
+
+def vlm_tokenizer(name: str):
+    """`make_tokenizer` (BOS first) with the image specials of `name`'s processor, ids 300-302."""
+    tok = make_tokenizer(prepends_bos=True)
+    if name.startswith("gemma3"):
+        tok.add_special_tokens({"additional_special_tokens": list(GEMMA_IMAGE_TOKENS)})
+        boi, soft, eoi = GEMMA_IMAGE_TOKENS
+        tok._set_model_specific_special_tokens(special_tokens=dict(boi_token=boi, image_token=soft, eoi_token=eoi))
+    else:
+        tok.add_special_tokens({"additional_special_tokens": [LLAVA_IMAGE_TOKEN, "<extra1>", "<extra2>"]})
+    return tok
+
+
+def vlm_image_processor(name: str):
+    """The slow (PIL) image processor of `name`'s family for 28-pixel tiles (no torchvision needed)."""
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+        LlavaOnevisionImageProcessorPil,
+    )
+
+    square = dict(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    return {
+        "llava": lambda: CLIPImageProcessorPil(**square),
+        "llava_next": lambda: LlavaNextImageProcessorPil(**square, image_grid_pinpoints=VLM_PINPOINTS),
+        "llava_onevision": lambda: LlavaOnevisionImageProcessorPil(
+            size={"height": 28, "width": 28}, image_grid_pinpoints=VLM_PINPOINTS
+        ),
+        "gemma3_pooled": lambda: Gemma3ImageProcessorPil(size={"height": 28, "width": 28}),
+    }[name]()
+
+
+def vlm_processor(name: str):
+    """The HF processor of `name` (image processor and tokenizer). LLaVA-OneVision's needs torchvision (for its
+    video processor), which this environment lacks: None for it."""
+    import transformers
+
+    tok, images = vlm_tokenizer(name), vlm_image_processor(name)
+    clip = dict(patch_size=7, vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    if name == "llava":
+        return transformers.LlavaProcessor(image_processor=images, tokenizer=tok, **clip)
+    if name == "llava_next":
+        return transformers.LlavaNextProcessor(image_processor=images, tokenizer=tok, **clip)
+    if name == "gemma3_pooled":
+        return transformers.Gemma3Processor(image_processor=images, tokenizer=tok, image_seq_length=4)
+    return None
+
+
+def save_tiny_vlm(name: str, directory, seed: int = 0):
+    """Save `tiny_vlm(name, seed)`, its tokenizer and (where it can be built) its processor to `directory`;
+    return the HF model."""
+    hf = tiny_vlm(name, seed)
+    hf.save_pretrained(directory)
+    processor = vlm_processor(name)
+    if processor is not None:
+        processor.save_pretrained(directory)
+    else:
+        vlm_tokenizer(name).save_pretrained(directory)
+    return hf
+
+
+def tiny_image(seed: int = 0, height: int = 40, width: int = 70):
+    """A random RGB PIL image of `height` x `width` pixels (not square: any-resolution grids are 1 x 2)."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
 # -- one builder per decoder family, for sweeps (half precision, compile, static cache, CUDA) --
 
 

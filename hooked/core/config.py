@@ -7,11 +7,14 @@ import difflib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hooked.core.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
+
+if TYPE_CHECKING:
+    from hooked.core.vision_config import VisionLanguageConfig
 
 ACT_FNS = (
     "relu",
@@ -24,6 +27,7 @@ ACT_FNS = (
     "solu",
     "solu_ln",
     "xielu",
+    "quick_gelu",
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
@@ -42,10 +46,11 @@ class HookedTransformerConfig:
     relative bias), **attention**, **norms**, **MLP / mixture of experts**, **hook switches**
     (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
     half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
-    **provenance** (where the weights came from) and **accepted for TransformerLens** (read but
-    not used). `__post_init__` fills the derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`,
-    `rotary_dim`, `attn_scale`, ...) and raises `ConfigError` on inconsistent combinations;
-    facts derived from several fields (`uses_rotary`, `has_post_sublayer_norms`, ...) are properties.
+    **image-text models** (the vision tower of an image-text model), **provenance** (where the weights
+    came from) and **accepted for TransformerLens** (read but not used). `__post_init__` fills the
+    derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`, `rotary_dim`, `attn_scale`, ...) and raises
+    `ConfigError` on inconsistent combinations; facts derived from several fields (`uses_rotary`,
+    `has_post_sublayer_norms`, ...) are properties.
     """
 
     # -- shape: sizes and block layout ---------------------------------------------------------
@@ -226,6 +231,12 @@ class HookedTransformerConfig:
     decoder_start_token_id: int | None = None
     """T5 (HookedEncoderDecoder): the decoder's first token; None: the tokenizer's pad token."""
 
+    # -- image-text models ----------------------------------------------------------------------
+    vision_language: VisionLanguageConfig | None = None
+    """Image-text models (LLaVA, Gemma 3 with images): the vision tower, the projector and where image features
+    enter the text (a `hooked.core.vision_config.VisionLanguageConfig`, or a dict of its fields); None: text only.
+    The other fields describe the language model."""
+
     # -- provenance: where the config and weights came from --------------------------------------
     model_name: str = "custom"
     """The checkpoint's name (HF repo id or alias); `custom` for a config built by hand."""
@@ -320,6 +331,10 @@ class HookedTransformerConfig:
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
+        if isinstance(self.vision_language, dict):
+            from hooked.core.vision_config import VisionLanguageConfig
+
+            self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
         self.n_params = self._count_params()
 
     # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----

@@ -29,6 +29,7 @@ SECTIONS = (
     "hook switches",
     "HF numerics",
     "runtime",
+    "image-text models",
     "provenance",
     "accepted for TransformerLens",
 )
@@ -94,6 +95,7 @@ def test_the_class_docstring_names_every_section():
         ("bias_after_matmul", "HF numerics"),
         ("norm_gain_fp32_in_float16", "HF numerics"),
         ("dtype", "runtime"),
+        ("vision_language", "image-text models"),
         ("original_architecture", "provenance"),
         ("trust_remote_code", "accepted for TransformerLens"),
     ],
