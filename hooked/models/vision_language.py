@@ -226,8 +226,9 @@ class HookedVisionLanguageModel(HookedTransformer):
         residual, tokens, shortformer, attention_mask = super().input_to_embed(
             input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
         )
-        call = self._image_call
-        if call is not None and not (past_kv_cache is not None and past_kv_cache.n_cached > 0):  # not a decode step
+        call, state = self._image_call, self.forward_state
+        assert state is not None  # super().input_to_embed has just set it
+        if call is not None and state.n_keys == state.n_queries:  # nothing cached before: not a decode step
             residual = self._merge_images(residual, tokens, call)
         return self.hook_merged_embed(residual), tokens, shortformer, attention_mask
 
@@ -237,7 +238,7 @@ class HookedVisionLanguageModel(HookedTransformer):
             raise InputError("images need token input: the image tokens mark where their features go")
         is_image = tokens == self.vcfg.image_token_id  # [batch, pos]
         if self.vcfg.bidirectional_image_attention:
-            assert self.forward_state is not None  # super().input_to_embed has just set it
+            assert self.forward_state is not None  # input_to_embed has just set it
             marks = is_image if call.pixel_values is not None else call.token_type_ids == 1
             self.forward_state.key_blocks = image_blocks(marks.to(tokens.device))
         if call.pixel_values is None:
