@@ -19,6 +19,7 @@ from jaxtyping import Float
 from hooked.components.forward_state import ForwardState
 from hooked.components.norms import LayerNorm
 from hooked.components.transformer_block import TransformerBlock
+from hooked.core.errors import InputError
 from hooked.core.hook_points import HookPoint
 from hooked.core.vision_config import VisionLanguageConfig
 
@@ -48,7 +49,7 @@ class PatchEmbed(nn.Module):
         """Each image's positions: (class token,) patches in row-major order, plus their position embeddings."""
         height, width = pixel_values.shape[-2:]
         if height != self.image_size or width != self.image_size:
-            raise ValueError(
+            raise InputError(
                 f"pixel_values are {height}x{width} pixels; this vision tower reads {self.image_size}x"
                 f"{self.image_size} images: preprocess them with the checkpoint's processor (model.prepare_inputs)"
             )

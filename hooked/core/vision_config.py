@@ -70,9 +70,6 @@ class VisionLanguageConfig:
     """Unused settings kept for provenance (the HF class names of the towers)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.vision, dict):
-            self.vision = HookedTransformerConfig.from_dict(self.vision)
-        self.feature_layers = tuple(int(i) for i in self.feature_layers)
         if self.projector not in PROJECTORS:
             raise ConfigError(f"projector must be one of {PROJECTORS}, got {self.projector!r}")
         if self.image_size % self.patch_size:
@@ -140,6 +137,11 @@ class VisionLanguageConfig:
         unknown = sorted(set(d) - names)
         if unknown:
             raise ConfigError(f"Unknown VisionLanguageConfig field(s) {unknown}; the dataclass fields list the names")
+        d = dict(d)
+        if isinstance(d.get("vision"), dict):
+            d["vision"] = HookedTransformerConfig.from_dict(d["vision"])
+        if "feature_layers" in d:
+            d["feature_layers"] = tuple(int(i) for i in d["feature_layers"])
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:

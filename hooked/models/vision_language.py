@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 
 from hooked.components.anyres import n_tiles, pack_image_features
 from hooked.components.projector import MLPProjector, PoolingProjector
@@ -70,6 +70,7 @@ class _ImageCall:
     image_sizes: Any = None
     batch_num_images: Any = None
     token_type_ids: torch.Tensor | None = None
+    repeatable: bool = False  # a batch of whole copies of the prompts reads the images once per copy
     features: torch.Tensor | None = field(default=None, repr=False)
 
 
@@ -201,6 +202,26 @@ class HookedVisionLanguageModel(HookedTransformer):
             return super().forward(input, *args, **kwargs)
 
     @contextlib.contextmanager
+    def using_images(
+        self,
+        pixel_values: torch.Tensor,
+        image_sizes: Int[torch.Tensor, "images 2"] | None = None,
+        batch_num_images: Int[torch.Tensor, "batch"] | None = None,
+    ) -> Iterator[HookedVisionLanguageModel]:
+        """Every forward inside reads these images: for code that calls `model(tokens)` itself.
+
+        Activation patching, attribution and circuit methods run the model on tokens alone; inside
+        this context those runs see the images. A batch made of whole copies of the prompts (batched
+        patching repeats them) reads the images once per copy. The vision tower runs once.
+
+            with model.using_images(pixel_values_b):
+                results = patching.get_act_patch_resid_pre(model, tokens, cache_a, metric)
+        """
+        call = _ImageCall(pixel_values, image_sizes, batch_num_images, repeatable=True)
+        with self._with_images(call):
+            yield self
+
+    @contextlib.contextmanager
     def _with_images(self, call: _ImageCall | None) -> Iterator[None]:
         """Make `call` the image arguments of the forward passes inside (none given: keep the outer ones)."""
         if call is None:
@@ -240,16 +261,19 @@ class HookedVisionLanguageModel(HookedTransformer):
         if self.vcfg.bidirectional_image_attention:
             assert self.forward_state is not None  # input_to_embed has just set it
             marks = is_image if call.pixel_values is not None else call.token_type_ids == 1
-            self.forward_state.key_blocks = image_blocks(marks.to(tokens.device))
+            self.forward_state.key_blocks = image_blocks(marks.to(tokens.device).bool())
         if call.pixel_values is None:
             return residual
         if call.features is None:
             call.features = self.image_features(call.pixel_values, call.image_sizes, call.batch_num_images)
         features = call.features.to(residual.device, residual.dtype)  # [image_tokens, d_model]
-        n_tokens = int(is_image.sum())
-        if n_tokens != features.shape[0]:
+        n_tokens, n_features = int(is_image.sum()), features.shape[0]
+        copies = n_tokens // max(n_features, 1)
+        if call.repeatable and copies > 1 and n_tokens == copies * n_features and len(tokens) % copies == 0:
+            features = features.repeat(copies, 1)  # [copies * image_tokens, d_model]: the batch repeats its prompts
+        elif n_tokens != n_features:
             raise InputError(
-                f"the tokens hold {n_tokens} image tokens but the images give {features.shape[0]} features: tokenize "
+                f"the tokens hold {n_tokens} image tokens but the images give {n_features} features: tokenize "
                 "with the model's processor (model.prepare_inputs(text, images=...)), which counts them"
             )
         return residual.masked_scatter(is_image[..., None], features)  # [batch, pos, d_model]
@@ -340,13 +364,12 @@ class HookedVisionLanguageModel(HookedTransformer):
         return out
 
 
-def image_blocks(is_image: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch pos"]:
+def image_blocks(is_image: Bool[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch pos"]:
     """Gemma 3's bidirectional blocks: each run of consecutive image tokens is one block (its id), text is -1."""
-    marks = is_image.bool()
-    previous = torch.nn.functional.pad(marks, (1, 0))[:, :-1]  # [batch, pos]
-    starts = marks & ~previous
+    previous = torch.nn.functional.pad(is_image, (1, 0))[:, :-1]  # [batch, pos]: the token before is an image's
+    starts = is_image & ~previous
     ids = torch.cumsum(starts.long(), dim=1) - 1  # [batch, pos]
-    return torch.where(marks, ids, -1)
+    return torch.where(is_image, ids, -1)
 
 
 def _sizes(image_sizes) -> list[list[int]] | None:
