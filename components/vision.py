@@ -99,7 +99,8 @@ class VisionTower(nn.Module):
         if hasattr(self, "ln_post"):  # only the last hidden state is normalized (HF's `last_hidden_state`)
             last = len(self.blocks)
             hidden[last] = self.ln_post(hidden[last])
-        features = torch.cat([hidden[i] for i in wanted], dim=-1) if len(wanted) > 1 else hidden[wanted[0]]
+        parts = [hidden[i] for i in wanted]
+        features = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # [images, positions, d_features]
         if self.vcfg.drop_class_token:
             features = features[:, 1:]  # [images, patches, d_features]
         return self.hook_features(features)

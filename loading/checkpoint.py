@@ -240,6 +240,4 @@ def load_processor(directory: Path):
         return None
     from transformers import AutoProcessor
 
-    return refuse_remote_code(
-        directory, lambda: AutoProcessor.from_pretrained(str(directory), trust_remote_code=False)
-    )
+    return refuse_remote_code(directory, lambda: AutoProcessor.from_pretrained(str(directory), trust_remote_code=False))

@@ -60,7 +60,9 @@ def convert_llava_config(hf: Any) -> dict:
 
 def _anyres_config(hf: Any, architecture: str) -> dict:
     fields = _llava_config(hf, architecture)
-    fields["vision_language"].update(image_newline=True, image_grid_pinpoints=[list(g) for g in hf.image_grid_pinpoints])
+    fields["vision_language"].update(
+        image_newline=True, image_grid_pinpoints=[list(g) for g in hf.image_grid_pinpoints]
+    )
     return fields
 
 
@@ -101,4 +103,6 @@ def convert_llava_weights(state: Mapping[str, torch.Tensor], cfg) -> dict[str, t
 
 register_architecture(("LlavaForConditionalGeneration",), convert_llava_config, convert_llava_weights)
 register_architecture(("LlavaNextForConditionalGeneration",), convert_llava_next_config, convert_llava_weights)
-register_architecture(("LlavaOnevisionForConditionalGeneration",), convert_llava_onevision_config, convert_llava_weights)
+register_architecture(
+    ("LlavaOnevisionForConditionalGeneration",), convert_llava_onevision_config, convert_llava_weights
+)

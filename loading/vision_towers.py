@@ -42,7 +42,12 @@ TEXT_MODELS = {
     "qwen3": "Qwen3ForCausalLM",
 }
 
-_VISION_PREFIXES = ("model.vision_tower.vision_model.", "vision_tower.vision_model.", "model.vision_tower.", "vision_tower.")
+_VISION_PREFIXES = (
+    "model.vision_tower.vision_model.",
+    "vision_tower.vision_model.",
+    "model.vision_tower.",
+    "vision_tower.",
+)
 _TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
 _LM_HEADS = ("lm_head.weight", "language_model.lm_head.weight")
 

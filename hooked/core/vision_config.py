@@ -76,7 +76,7 @@ class VisionLanguageConfig:
             raise ConfigError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
         if any(not 0 <= i <= self.vision.n_layers for i in self.feature_layers):
             raise ConfigError(
-                f"feature_layers {self.feature_layers} must lie in [0, {self.vision.n_layers}] (the ViT's hidden states)"
+                f"feature_layers {self.feature_layers} must lie in [0, {self.vision.n_layers}]: the ViT's hidden states"
             )
         if self.projector == "mlp" and self.projector_act not in ACT_FNS:
             raise ConfigError(f"projector_act must be one of {ACT_FNS}, got {self.projector_act!r}")

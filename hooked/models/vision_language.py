@@ -54,7 +54,9 @@ class ImageTextInputs:
 
     @property
     def image_kwargs(self) -> dict[str, torch.Tensor]:
-        kwargs = dict(pixel_values=self.pixel_values, image_sizes=self.image_sizes, batch_num_images=self.batch_num_images)
+        kwargs = dict(
+            pixel_values=self.pixel_values, image_sizes=self.image_sizes, batch_num_images=self.batch_num_images
+        )
         return {k: v for k, v in kwargs.items() if v is not None}
 
     @property
@@ -93,7 +95,9 @@ class HookedVisionLanguageModel(HookedTransformer):
         if vcfg is None:
             raise ConfigError("HookedVisionLanguageModel needs cfg.vision_language (the vision tower's config)")
         if cfg.positional_embedding_type != "rotary":
-            raise ConfigError("image features replace token embeddings before positions: the language model must be rotary")
+            raise ConfigError(
+                "image features replace token embeddings before positions: the language model must be rotary"
+            )
         vcfg.vision.dtype = cfg.dtype  # one dtype for both towers
         super().__init__(cfg, tokenizer, move_to_device=False, default_padding_side=default_padding_side)
         self.vision = VisionTower(vcfg)
@@ -134,6 +138,7 @@ class HookedVisionLanguageModel(HookedTransformer):
         if not self.vcfg.uses_anyres:
             return self.hook_image_features(projected.reshape(-1, self.cfg.d_model))
         sizes = _sizes(image_sizes)
+        assert sizes is not None  # _tiles refuses an any-resolution call without image_sizes
         packed = [
             pack_image_features(
                 chunk, size, self.vcfg.image_grid_pinpoints or [], self.vcfg.image_size,

@@ -19,7 +19,8 @@ torch.set_num_threads(1)
 
 
 def _older_layout(state: dict) -> dict:
-    """The keys of hub checkpoints saved before transformers 5 (`language_model.model.`, `vision_tower.vision_model.`)."""
+    """The keys of hub checkpoints saved before transformers 5 (`language_model.model.`, `vision_tower.vision_model.`,
+    ...)."""
     renames = (
         ("model.language_model.", "language_model.model."),
         ("lm_head.", "language_model.lm_head."),
