@@ -41,7 +41,8 @@ def test_attention_over_image_tints_the_patches_a_token_reads(browser, tmp_path,
     assert page.locator("section[data-kind=image_attention] .tok").all_inner_texts() == shown
     assert page.locator(".hbtn").all_inner_texts() == ["mean"] + [f"L1H{h}" for h in range(model.cfg.n_heads)]
     # the last text token, mean over heads: its most-attended patch is the most tinted
-    assert canvas.get_attribute("data-query") == str(data["positions"][-1]) and canvas.get_attribute("data-head") == "mean"
+    assert canvas.get_attribute("data-query") == str(data["positions"][-1])
+    assert canvas.get_attribute("data-head") == "mean"
     weights = torch.tensor(data["weights"][0][-1]).reshape(side, side)
     top, low = divmod(int(weights.argmax()), side), divmod(int(weights.argmin()), side)
     red = [page.evaluate(PIXEL, [int((c + 0.5) * cell), int((r + 0.5) * cell)])[0] for r, c in (top, low)]
@@ -52,7 +53,8 @@ def test_attention_over_image_tints_the_patches_a_token_reads(browser, tmp_path,
     page.hover("section[data-kind=image_attention] .tok >> nth=1")
     assert canvas.get_attribute("data-query") == str(data["positions"][1])
     assert page.evaluate("() => document.querySelector('canvas.image-attention').toDataURL()") != before
-    assert data["tokens"][1].strip() in page.inner_text(".info") and "of its attention on this image" in page.inner_text(".info")
+    info = page.inner_text(".info")
+    assert data["tokens"][1].strip() in info and "of its attention on this image" in info
     # one head instead of the mean
     page.click(".hbtn >> nth=2")
     assert canvas.get_attribute("data-head") == "L1H1"
