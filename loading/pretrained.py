@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.loading.checkpoint import (
     SafetensorsStateDict,
     has_tokenizer,
@@ -142,6 +142,11 @@ def load_pretrained(cls, model_name: str, options: LoadOptions | None = None):
         **checkpoint_fields,
     )
     if wants_placement(**options.placement, n_devices=cfg.n_devices):
+        if cfg.vision_language is not None:
+            raise InputError(
+                f"{arch_name} is an image-text model: device_map, max_memory, offload_folder and n_devices are not "
+                "supported for it yet; load it whole on one device (device=...)"
+            )
         return _load_placed(cls, cfg, source, arch_name, options)
     protected = (
         frozenset(t.untyped_storage().data_ptr() for t in source.state.values())

@@ -250,6 +250,8 @@ def test_bad_image_inputs_get_clear_errors(models):
         next_model(tokens, pixel_values=torch.zeros(1, 5, 3, 28, 28))
     with pytest.raises(ConfigError, match="vision_language"):
         HookedVisionLanguageModel(model.cfg.replace(vision_language=None))
+    with pytest.raises(InputError, match="image-text model: device_map"):
+        HookedTransformer.from_pretrained(str(models["llava"][2]), max_memory={"cpu": "1GB"})
 
 
 @pytest.mark.unchecked  # tokens passed where text belongs, on purpose: the runtime check would refuse them first
