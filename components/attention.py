@@ -179,7 +179,9 @@ class Attention(AttentionBuffers, nn.Module):
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
             table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
-            if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
+            if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
+                cos, sin = state.rotary_tables
+            elif "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
                 cos, sin = self._stored_cos_sin(state, table_dtype)
             else:
                 cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))

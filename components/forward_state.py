@@ -34,8 +34,12 @@ class ForwardState:
         step_index: with a static KV cache, `step` as a 0-d device tensor, for hooks that
             run inside a compiled decode step (where `step` is None: a Python int there
             would be baked into the graph).
-        key_blocks: `[batch, n_keys]` ids of bidirectional blocks (Gemma 3's images), -1
-            elsewhere: a causal query also sees every key of its own block; None: none.
+        key_blocks: `[batch, n_keys]` ids of bidirectional blocks, -1 elsewhere: a causal query
+            also sees every key of its own block (Gemma 3's images); a bidirectional query sees
+            only its own block's keys (Qwen2.5-VL's vision windows); None: no blocks.
+        rotary_tables: `(cos, sin)` `[batch or 1, n_queries, 1, rot]` the model built from
+            positions of its own (Qwen2.5-VL's 2-D and 3-D rotary): every rotary layer uses
+            them instead of tables from `positions`; None: from `positions`.
     """
 
     attention_mask: Int[torch.Tensor, "batch n_keys"] | None
@@ -49,6 +53,7 @@ class ForwardState:
     query_columns: Int[torch.Tensor, "n_queries"] | None = None
     step_index: Int[torch.Tensor, ""] | None = None
     key_blocks: Int[torch.Tensor, "batch n_keys"] | None = None
+    rotary_tables: tuple[torch.Tensor, torch.Tensor] | None = None
     _memo: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -93,6 +98,9 @@ class ForwardState:
             query_columns=move(self.query_columns),
             step_index=move(self.step_index),
             key_blocks=move(self.key_blocks),
+            rotary_tables=None
+            if self.rotary_tables is None
+            else (move(self.rotary_tables[0]), move(self.rotary_tables[1])),
             _memo={},
         )
 
@@ -115,7 +123,8 @@ class ForwardState:
             allowed = k_col <= q_col if self.causal else torch.ones_like(k_col <= q_col)
             allowed = allowed[None, None]  # [1, 1, q, k]
             if self.key_blocks is not None:  # causal OR same block, then the window (HF's Gemma 3 order)
-                allowed = allowed | self._same_block(q_col[:, 0])
+                same = self._same_block(q_col[:, 0])
+                allowed = allowed | same if self.causal else same  # bidirectional: within the block only
             if window is not None:
                 allowed = allowed & (k_col > q_col - window)
         if self.attention_mask is not None:

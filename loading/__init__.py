@@ -28,6 +28,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     opt,
     phi,
     phi3,
+    qwen2_5_vl,
     smollm3,
     stablelm,
     starcoder2,

@@ -40,6 +40,7 @@ TEXT_MODELS = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
+    "qwen2_5_vl_text": "Qwen2ForCausalLM",  # Qwen2.5-VL's: Qwen2's, its M-RoPE read by the image-text model
 }
 
 _VISION_PREFIXES = (

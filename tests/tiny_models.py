@@ -569,6 +569,14 @@ VLM_CONFIGS = {
         image_grid_pinpoints=VLM_PINPOINTS, vision_feature_layer=-1, vision_feature_select_strategy="full",
         vision_aspect_ratio="anyres_max_1",
     )),
+    # images at their own grid: 7-pixel patches, 2 x 2 merged into one token, windows of 28 pixels (2 x 2
+    # tokens) in blocks 0 and 1, the whole image in block 2; M-RoPE over 2 + 1 + 1 of each head's 4 frequencies
+    "qwen2_5_vl": ("Qwen2_5_VL", dict(
+        text_config=dict(_VLM_TEXT, rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 1, 1])),
+        vision_config=dict(depth=3, hidden_size=24, intermediate_size=40, num_heads=3, patch_size=7, window_size=28,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=32, fullatt_block_indexes=[2]),
+        image_token_id=300, video_token_id=301, vision_start_token_id=302,
+    )),
     "gemma3_pooled": ("Gemma3", dict(
         text_config=dict(_VLM_TEXT, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
                          layer_types=["sliding_attention", "full_attention"], rope_parameters=GEMMA3_ROPE),
@@ -623,6 +631,7 @@ def vlm_image_processor(name: str):
     from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
         LlavaOnevisionImageProcessorPil,
     )
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     square = dict(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
     return {
@@ -632,12 +641,15 @@ def vlm_image_processor(name: str):
             size={"height": 28, "width": 28}, image_grid_pinpoints=VLM_PINPOINTS
         ),
         "gemma3_pooled": lambda: Gemma3ImageProcessorPil(size={"height": 28, "width": 28}),
+        "qwen2_5_vl": lambda: Qwen2VLImageProcessorPil(
+            patch_size=7, merge_size=2, temporal_patch_size=2, min_pixels=14 * 14, max_pixels=56 * 56
+        ),
     }[name]()
 
 
 def vlm_processor(name: str):
-    """The HF processor of `name` (image processor and tokenizer). LLaVA-OneVision's needs torchvision (for its
-    video processor), which this environment lacks: None for it."""
+    """The HF processor of `name` (image processor and tokenizer). LLaVA-OneVision's and Qwen2.5-VL's need
+    torchvision (for their video processors), which this environment lacks: None for them."""
     import transformers
 
     tok, images = vlm_tokenizer(name), vlm_image_processor(name)

@@ -18,7 +18,7 @@ from typing import Any
 from hooked.core.config import ACT_FNS, HookedTransformerConfig
 from hooked.core.errors import ConfigError
 
-PROJECTORS = ("mlp", "pool")
+PROJECTORS = ("mlp", "pool", "merger")
 
 
 @dataclass
@@ -66,6 +66,19 @@ class VisionLanguageConfig:
     """LLaVA-OneVision's `anyres_max_N`: a high-resolution grid larger than about N tiles is downsampled."""
     bidirectional_image_attention: bool = False
     """Gemma 3: in the language model, the tokens of one image attend to each other in both directions."""
+    temporal_patch_size: int = 1
+    """Qwen2.5-VL: frames per patch (the processor repeats a still image to fill them); 1: flat patches."""
+    spatial_merge_size: int = 1
+    """Qwen2.5-VL: side of the square of neighbouring patches the `merger` projector makes one image token."""
+    window_size: int | None = None
+    """Qwen2.5-VL: side, in pixels, of the windows the ViT attends within (outside `full_attention_blocks`)."""
+    full_attention_blocks: tuple[int, ...] = ()
+    """Qwen2.5-VL: the ViT blocks that attend over each whole image instead of a window."""
+    vision_rotary_base: float | None = None
+    """Qwen2.5-VL: base of the ViT's 2-D rotary embedding of patch rows and columns; None: learned positions."""
+    mrope_section: tuple[int, ...] | None = None
+    """Qwen2.5-VL: how the language model's rotary frequencies split among time, height and width positions
+    (M-RoPE: image tokens get 3-D positions); None: 1-D positions."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Unused settings kept for provenance (the HF class names of the towers)."""
 
@@ -113,8 +126,16 @@ class VisionLanguageConfig:
         return self.vision.d_model * len(self.feature_layers)
 
     @property
+    def dynamic_resolution(self) -> bool:
+        """Each image keeps its own grid of patches (Qwen2.5-VL, `image_grid_thw`) instead of a fixed size."""
+        return self.vision_rotary_base is not None
+
+    @property
     def tokens_per_side(self) -> int:
-        """Side of the square grid of image tokens one image (or tile) becomes (after pooling, for Gemma 3)."""
+        """Side of the square grid of image tokens one image (or tile) becomes (after pooling, for Gemma 3);
+        0 where each image has its own grid (`dynamic_resolution`)."""
+        if self.dynamic_resolution:
+            return 0
         if self.projector == "pool":
             return round((self.mm_tokens_per_image or 0) ** 0.5)
         return self.patches_per_side
@@ -140,8 +161,9 @@ class VisionLanguageConfig:
         d = dict(d)
         if isinstance(d.get("vision"), dict):
             d["vision"] = HookedTransformerConfig.from_dict(d["vision"])
-        if "feature_layers" in d:
-            d["feature_layers"] = tuple(int(i) for i in d["feature_layers"])
+        for key in ("feature_layers", "full_attention_blocks", "mrope_section"):
+            if d.get(key) is not None:
+                d[key] = tuple(int(i) for i in d[key])
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:

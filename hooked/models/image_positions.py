@@ -33,9 +33,10 @@ class ImagePositions:
         image: which image of the call (in the order the images were given).
         tile: 0 for the whole image, k >= 1 for the k-th tile of the any-resolution grid; -1 for a
             newline token, a token of a downsampled grid (a blend of patches) or a kept class token.
-        row, col: the patch's place in its tile, in `[0, tokens_per_side)`; -1 where `tile` is -1.
+        row, col: the patch's place in its tile, in `[0, tokens_per_side)` (Qwen2.5-VL: in the image's own
+            grid of merged patches); -1 where `tile` is -1.
         newline: 1 for LLaVA-NeXT/OneVision's `image_newline` tokens.
-        tokens_per_side: the side of one tile's grid of image tokens.
+        tokens_per_side: the side of one tile's grid of image tokens (0: each image has its own grid).
         grids: `(rows, cols)` of tiles of each image's any-resolution grid, `(0, 0)` without one.
     """
 
@@ -72,9 +73,10 @@ class ImagePositions:
         """
         if not 0 <= image < self.n_images:
             raise InputError(f"image={image} is outside the call's {self.n_images} images")
-        side = self.tokens_per_side
-        out = torch.full((side, side), -1, dtype=torch.long)
         idx = self.select(image, tile)
+        rows = self.tokens_per_side or int(self.row[idx].max()) + 1 if len(idx) else self.tokens_per_side
+        cols = self.tokens_per_side or int(self.col[idx].max()) + 1 if len(idx) else self.tokens_per_side
+        out = torch.full((rows, cols), -1, dtype=torch.long)
         if not len(idx) and tile != 0:
             rows, cols = self.grids[image]
             raise InputError(f"image {image} has no tile {tile}: its grid has {rows * cols} tiles (1..{rows * cols})")
@@ -121,9 +123,12 @@ def image_positions(
     tokens: Int[torch.Tensor, "batch pos"],
     image_sizes: Sequence[Sequence[int]] | None = None,
     tiled: Sequence[bool] | None = None,
+    grid_thw: Int[torch.Tensor, "images 3"] | None = None,
 ) -> ImagePositions:
     """The `ImagePositions` of `tokens`: the image tokens, in order, split into images by their layouts."""
     batch, pos = (tokens.cpu() == vcfg.image_token_id).nonzero(as_tuple=True)
+    if vcfg.dynamic_resolution:
+        return _dynamic_positions(vcfg, batch, pos, grid_thw)
     n_images = len(image_sizes) if image_sizes is not None else len(pos) // vcfg.tokens_per_image
     layouts = image_token_layouts(vcfg, n_images, image_sizes, tiled)
     sources = torch.cat(layouts) if layouts else torch.zeros(0, dtype=torch.long)
@@ -152,3 +157,24 @@ def _grid_of(vcfg: VisionLanguageConfig, image_sizes, i: int, tiled) -> tuple[in
         return (0, 0)
     assert vcfg.image_grid_pinpoints is not None and image_sizes is not None  # checked by image_token_layouts
     return grid_shape(image_sizes[i], vcfg.image_grid_pinpoints, vcfg.image_size)
+
+
+def _dynamic_positions(vcfg: VisionLanguageConfig, batch, pos, grid_thw) -> ImagePositions:
+    """Qwen2.5-VL: image i's tokens are its (frames x rows x cols) grid of merged patches in reading order."""
+    if grid_thw is None:
+        raise InputError("Qwen2.5-VL's image positions need image_grid_thw= ([images, 3], from its image processor)")
+    merge, image, row, col = vcfg.spatial_merge_size, [], [], []
+    for i, (t, h, w) in enumerate(grid_thw.tolist()):
+        rows, cols = h // merge, w // merge
+        k = torch.arange(t * rows * cols)
+        image.append(torch.full_like(k, i))
+        row.append((k // cols) % rows)
+        col.append(k % cols)
+    image_t, row_t, col_t = (torch.cat(x) if x else torch.zeros(0, dtype=torch.long) for x in (image, row, col))
+    if len(image_t) != len(pos):
+        raise InputError(
+            f"the tokens hold {len(pos)} image tokens but image_grid_thw gives {len(image_t)}: write one image "
+            "token per merged patch (t * h * w / merge²) for each image"
+        )
+    zeros = torch.zeros_like(image_t)
+    return ImagePositions(batch, pos, image_t, zeros, row_t, col_t, zeros, 0, tuple((0, 0) for _ in grid_thw))

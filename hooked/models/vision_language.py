@@ -27,7 +27,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 
 from hooked.components.anyres import n_tiles, pack_image_features
-from hooked.components.projector import MLPProjector, PoolingProjector
+from hooked.components.projector import MLPProjector, PatchMerger, PoolingProjector
+from hooked.components.qwen_vision import QwenVisionTower, mrope_positions, mrope_tables
 from hooked.components.vision import VisionTower
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import ConfigError, InputError
@@ -51,12 +52,14 @@ class ImageTextInputs:
     pixel_values: torch.Tensor
     image_sizes: Int[torch.Tensor, "images 2"] | None = None
     batch_num_images: Int[torch.Tensor, "batch"] | None = None
+    image_grid_thw: Int[torch.Tensor, "images 3"] | None = None
 
     @property
     def image_kwargs(self) -> dict[str, torch.Tensor]:
         kwargs = dict(
-            pixel_values=self.pixel_values, image_sizes=self.image_sizes, batch_num_images=self.batch_num_images
-        )
+            pixel_values=self.pixel_values, image_sizes=self.image_sizes, batch_num_images=self.batch_num_images,
+            image_grid_thw=self.image_grid_thw,
+        )  # fmt: skip
         return {k: v for k, v in kwargs.items() if v is not None}
 
     @property
@@ -72,8 +75,10 @@ class _ImageCall:
     image_sizes: Any = None
     batch_num_images: Any = None
     token_type_ids: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
     repeatable: bool = False  # a batch of whole copies of the prompts reads the images once per copy
     features: torch.Tensor | None = field(default=None, repr=False)
+    rope_deltas: torch.Tensor | None = field(default=None, repr=False)  # Qwen2.5-VL: what decode steps add
 
 
 class HookedVisionLanguageModel(HookedTransformer):
@@ -100,8 +105,9 @@ class HookedVisionLanguageModel(HookedTransformer):
             )
         vcfg.vision.dtype = cfg.dtype  # one dtype for both towers
         super().__init__(cfg, tokenizer, move_to_device=False, default_padding_side=default_padding_side)
-        self.vision = VisionTower(vcfg)
-        self.projector = MLPProjector(cfg, vcfg) if vcfg.projector == "mlp" else PoolingProjector(cfg, vcfg)
+        self.vision = QwenVisionTower(vcfg) if vcfg.dynamic_resolution else VisionTower(vcfg)
+        projectors = {"mlp": MLPProjector, "pool": PoolingProjector, "merger": PatchMerger}
+        self.projector = projectors[vcfg.projector](cfg, vcfg)
         self.hook_image_features = HookPoint()  # [image_tokens, d_model]
         self.hook_merged_embed = HookPoint()  # [batch, pos, d_model]
         self.processor = processor
@@ -124,15 +130,23 @@ class HookedVisionLanguageModel(HookedTransformer):
         pixel_values: Float[torch.Tensor, "*images channels height width"],
         image_sizes: Int[torch.Tensor, "images 2"] | Sequence[Sequence[int]] | None = None,
         batch_num_images: Sequence[int] | None = None,
+        image_grid_thw: Int[torch.Tensor, "images 3"] | None = None,
     ) -> Float[torch.Tensor, "image_tokens d_model"]:
         """The features that replace the image tokens, in order: the vision tower, the projector, any tiling.
 
         Args:
             pixel_values: `[images, channels, H, W]`, or `[images, tiles, channels, H, W]` for the
-                any-resolution models (each image's first tiles are used; the rest is padding).
+                any-resolution models (each image's first tiles are used; the rest is padding), or
+                Qwen2.5-VL's flattened patches `[patches, channels * frames * patch²]`.
             image_sizes: `[images, 2]` original `(height, width)` of each image (any-resolution models).
             batch_num_images: images per prompt (LLaVA-OneVision tiles only prompts with one image).
+            image_grid_thw: Qwen2.5-VL: `[images, 3]` patches of each image along time, height and width.
         """
+        if self.vcfg.dynamic_resolution:
+            if image_grid_thw is None:
+                raise InputError("Qwen2.5-VL needs image_grid_thw= ([images, 3], from its image processor)")
+            patches = self.vision(pixel_values.to(self.input_device), image_grid_thw)  # [patches, d_vision]
+            return self.hook_image_features(self.projector(patches))  # [image_tokens, d_model]
         tiles, counts = self._tiles(pixel_values, image_sizes, batch_num_images)
         projected = self.projector(self.vision(tiles))  # [tiles, tokens, d_model]
         if not self.vcfg.uses_anyres:
@@ -185,10 +199,12 @@ class HookedVisionLanguageModel(HookedTransformer):
         image_sizes=None,
         batch_num_images=None,
         token_type_ids: Int[torch.Tensor, "batch pos"] | None = None,
+        image_grid_thw: Int[torch.Tensor, "images 3"] | None = None,
         images=None,
         **kwargs,
     ):
-        """`HookedTransformer.forward`, with images: `pixel_values=` (and `image_sizes=`), or text with `images=`.
+        """`HookedTransformer.forward`, with images: `pixel_values=` (and `image_sizes=`, Qwen2.5-VL's
+        `image_grid_thw=`), or text with `images=`.
 
         The image features replace the embeddings of the image tokens (`hook_merged_embed`). With a KV
         cache that already holds positions (a decode step) the images are not read again, as in HF.
@@ -199,10 +215,11 @@ class HookedVisionLanguageModel(HookedTransformer):
             inputs = self.prepare_inputs(input, images)
             input, pixel_values = inputs.tokens, inputs.pixel_values
             image_sizes, batch_num_images = inputs.image_sizes, inputs.batch_num_images
+            image_grid_thw = inputs.image_grid_thw
             kwargs.setdefault("attention_mask", inputs.attention_mask)
         call = None
         if pixel_values is not None or token_type_ids is not None:
-            call = _ImageCall(pixel_values, image_sizes, batch_num_images, token_type_ids)
+            call = _ImageCall(pixel_values, image_sizes, batch_num_images, token_type_ids, image_grid_thw)
         with self._with_images(call):
             return super().forward(input, *args, **kwargs)
 
@@ -212,6 +229,7 @@ class HookedVisionLanguageModel(HookedTransformer):
         pixel_values: torch.Tensor,
         image_sizes: Int[torch.Tensor, "images 2"] | None = None,
         batch_num_images: Int[torch.Tensor, "batch"] | None = None,
+        image_grid_thw: Int[torch.Tensor, "images 3"] | None = None,
     ) -> Iterator[HookedVisionLanguageModel]:
         """Every forward inside reads these images: for code that calls `model(tokens)` itself.
 
@@ -222,7 +240,7 @@ class HookedVisionLanguageModel(HookedTransformer):
             with model.using_images(pixel_values_b):
                 results = patching.get_act_patch_resid_pre(model, tokens, cache_a, metric)
         """
-        call = _ImageCall(pixel_values, image_sizes, batch_num_images, repeatable=True)
+        call = _ImageCall(pixel_values, image_sizes, batch_num_images, image_grid_thw=image_grid_thw, repeatable=True)
         with self._with_images(call):
             yield self
 
@@ -254,9 +272,32 @@ class HookedVisionLanguageModel(HookedTransformer):
         )
         call, state = self._image_call, self.forward_state
         assert state is not None  # super().input_to_embed has just set it
-        if call is not None and state.n_keys == state.n_queries:  # nothing cached before: not a decode step
+        prefill = state.n_keys == state.n_queries  # nothing cached before: not a decode step
+        if call is not None and prefill:
             residual = self._merge_images(residual, tokens, call)
+        if call is not None and self.vcfg.mrope_section is not None:
+            state.rotary_tables = self._mrope_tables(tokens, state, call, prefill)
         return self.hook_merged_embed(residual), tokens, shortformer, attention_mask
+
+    def _mrope_tables(self, tokens, state, call: _ImageCall, prefill: bool):
+        """Qwen2.5-VL's M-RoPE tables: 3-D positions at the prefill, then 1-D positions shifted by the deltas."""
+        if prefill:
+            if tokens is None or call.image_grid_thw is None:
+                raise InputError("Qwen2.5-VL's 3-D positions need token input and image_grid_thw=")
+            positions, call.rope_deltas = mrope_positions(
+                tokens,
+                state.attention_mask,
+                self.vcfg.image_token_id,
+                call.image_grid_thw,
+                self.vcfg.spatial_merge_size,
+            )
+        elif call.rope_deltas is not None:
+            positions = (state.positions + call.rope_deltas[:, None]).expand(3, -1, -1)  # [3, batch, pos]
+        else:
+            return None
+        section = self.vcfg.mrope_section
+        assert section is not None  # the caller checks
+        return mrope_tables(positions, self.blocks[0].attn.inv_freq, section, self.cfg.dtype)
 
     def _merge_images(self, residual: torch.Tensor, tokens: torch.Tensor | None, call: _ImageCall) -> torch.Tensor:
         """Scatter the image features into the image tokens' rows; Gemma 3: mark the image blocks."""
@@ -270,7 +311,9 @@ class HookedVisionLanguageModel(HookedTransformer):
         if call.pixel_values is None:
             return residual
         if call.features is None:
-            call.features = self.image_features(call.pixel_values, call.image_sizes, call.batch_num_images)
+            call.features = self.image_features(
+                call.pixel_values, call.image_sizes, call.batch_num_images, call.image_grid_thw
+            )
         features = call.features.to(residual.device, residual.dtype)  # [image_tokens, d_model]
         n_tokens, n_features = int(is_image.sum()), features.shape[0]
         copies = n_tokens // max(n_features, 1)
@@ -291,6 +334,7 @@ class HookedVisionLanguageModel(HookedTransformer):
         pixel_values: torch.Tensor | None = None,
         image_sizes=None,
         batch_num_images=None,
+        image_grid_thw=None,
         images=None,
         **kwargs,
     ):
@@ -305,10 +349,13 @@ class HookedVisionLanguageModel(HookedTransformer):
                 kwargs["return_type"] = "str"
             input, pixel_values = inputs.tokens, inputs.pixel_values
             image_sizes, batch_num_images = inputs.image_sizes, inputs.batch_num_images
+            image_grid_thw = inputs.image_grid_thw
             kwargs.setdefault("attention_mask", inputs.attention_mask)
         if pixel_values is not None and kwargs.get("cache_implementation") == "static":
             raise InputError("generate with images runs the dynamic KV cache: leave cache_implementation unset")
-        call = _ImageCall(pixel_values, image_sizes, batch_num_images) if pixel_values is not None else None
+        call = None
+        if pixel_values is not None:
+            call = _ImageCall(pixel_values, image_sizes, batch_num_images, image_grid_thw=image_grid_thw)
         with self._with_images(call):
             return _generation.generate(self, input, *args, **kwargs)
 
@@ -341,6 +388,7 @@ class HookedVisionLanguageModel(HookedTransformer):
             pixel_values=out["pixel_values"],
             image_sizes=out.get("image_sizes"),
             batch_num_images=out.get("batch_num_images"),
+            image_grid_thw=out.get("image_grid_thw"),
         )
 
     def to_tokens(self, input, *args, images=None, **kwargs):
@@ -355,12 +403,13 @@ class HookedVisionLanguageModel(HookedTransformer):
         tokens: Int[torch.Tensor, "batch pos"],
         image_sizes: Int[torch.Tensor, "images 2"] | Sequence[Sequence[int]] | None = None,
         batch_num_images: Sequence[int] | None = None,
+        image_grid_thw: Int[torch.Tensor, "images 3"] | None = None,
     ) -> ImagePositions:
         """Which positions of `tokens` hold which image's tile and patch (see `ImagePositions`)."""
         sizes = _sizes(image_sizes)
         n_images = None if sizes is None else len(sizes)
         tiled = None if n_images is None else self._tiled(n_images, batch_num_images)
-        return image_positions(self.vcfg, tokens, sizes, tiled)
+        return image_positions(self.vcfg, tokens, sizes, tiled, image_grid_thw)
 
     def to(self, *args, **kwargs):
         out = super().to(*args, **kwargs)

@@ -32,9 +32,10 @@ def placeholder(name: str) -> str:
 def hf_inputs(name: str, hf, batch: int = 2) -> dict:
     """The HF model's keyword inputs for `batch` prompts, one image each, left-padded.
 
-    With a processor (LLaVA, LLaVA-NeXT, Gemma 3) it makes them; LLaVA-OneVision's processor needs
-    torchvision, so its image processor makes the pixels and the image tokens are counted by HF's
-    own `get_image_features`, which HF checks against the tokens.
+    With a processor (LLaVA, LLaVA-NeXT, Gemma 3) it makes them; LLaVA-OneVision's and Qwen2.5-VL's
+    processors need torchvision, so their image processors make the pixels and the image tokens are
+    counted by HF's own `get_image_features`, which HF checks against the tokens (Qwen2.5-VL's 3-D
+    positions also read `mm_token_type_ids`, 1 at image tokens, as its processor writes it).
     """
     images = [tiny_image(1, 40, 70), tiny_image(2, 70, 40)][:batch]
     processor = vlm_processor(name)
@@ -49,12 +50,13 @@ def hf_inputs(name: str, hf, batch: int = 2) -> dict:
     width = max(len(r) for r in rows)
     ids = torch.tensor([[2] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return dict(input_ids=ids, attention_mask=mask, **pixels)
+    extra = dict(mm_token_type_ids=(ids == hf.config.image_token_id).long()) if name == "qwen2_5_vl" else {}
+    return dict(input_ids=ids, attention_mask=mask, **pixels, **extra)
 
 
 def our_kwargs(inputs: dict) -> dict:
     """Our model's keywords for the HF inputs (Gemma 3's `token_type_ids` follow from the image tokens)."""
-    return {k: v for k, v in inputs.items() if k not in ("input_ids", "token_type_ids")}
+    return {k: v for k, v in inputs.items() if k not in ("input_ids", "token_type_ids", "mm_token_type_ids")}
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -69,7 +71,7 @@ def pair(request, tmp_path_factory):
 def test_from_pretrained_returns_the_vision_language_model(pair):
     name, _, _, model, _ = pair
     assert isinstance(model, HookedVisionLanguageModel)
-    assert (model.processor is None) == (name == "llava_onevision")  # OneVision's processor needs torchvision
+    assert (model.processor is None) == (name in ("llava_onevision", "qwen2_5_vl"))  # theirs need torchvision
     assert "vision.blocks.0.attn.hook_pattern" in model.hook_dict and "hook_merged_embed" in model.hook_dict
 
 
@@ -100,16 +102,21 @@ def hf_tiles(hf, inputs: dict) -> torch.Tensor:
 
 def test_vision_tower_and_image_features_match_hf(pair):
     name, _, hf, model, inputs = pair
-    pixels = {k: v for k, v in inputs.items() if k in ("pixel_values", "image_sizes")}
-    tiles = hf_tiles(hf, inputs)
-    blocks = hf.model.vision_tower.encoder.layers[: model.vcfg.vision.n_layers]
-    theirs = hf_block_outputs(hf.model.vision_tower, blocks, tiles)
+    pixels = {k: v for k, v in inputs.items() if k in ("pixel_values", "image_sizes", "image_grid_thw")}
+    if name == "qwen2_5_vl":  # one flat sequence of every image's patches, the blocks in window order as ours
+        tiles = inputs["image_grid_thw"]
+        theirs = hf_block_outputs(hf.model.visual, hf.model.visual.blocks, inputs["pixel_values"], grid_thw=tiles)
+        theirs = [hidden[None] for hidden in theirs]  # [1, patches, d_vision]
+    else:
+        tiles = hf_tiles(hf, inputs)
+        blocks = hf.model.vision_tower.encoder.layers[: model.vcfg.vision.n_layers]
+        theirs = hf_block_outputs(hf.model.vision_tower, blocks, tiles)
     with torch.no_grad():
         ref = torch.cat(list(hf.model.get_image_features(**pixels).pooler_output)).reshape(-1, model.cfg.d_model)
         _, cache = model.run_with_cache(
             inputs["input_ids"], names_filter=lambda n: n.startswith(("vision.", "hook_image")), **our_kwargs(inputs)
         )
-    assert cache["vision.hook_embed"].shape[0] == len(tiles) > 0
+    assert cache["vision.hook_embed"].shape[0] == (1 if name == "qwen2_5_vl" else len(tiles)) > 0
     for layer, hidden in enumerate(theirs):
         assert max_abs(cache[f"vision.blocks.{layer}.hook_resid_post"], hidden) <= 1e-5, (name, layer)
     assert max_abs(cache["hook_image_features"], ref) <= 1e-5, name
@@ -138,9 +145,11 @@ def test_bfloat16_equals_hf_bit_for_bit(pair):
     mask = inputs["attention_mask"].bool()
     # positions count real tokens, as ours and HF's generate do (HF's forward alone counts the padding too: in
     # float32 rotary is shift-invariant to rounding, in bfloat16 a shift changes the bits)
+    # (Qwen2.5-VL's 3-D positions already count real tokens only)
     positions = (inputs["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+    extra = {} if name == "qwen2_5_vl" else dict(position_ids=positions)
     with torch.no_grad():
-        ref = hf.eval()(**inputs, position_ids=positions).logits
+        ref = hf.eval()(**inputs, **extra).logits
         ours = model(inputs["input_ids"], **our_kwargs(inputs))
     assert torch.equal(ours[mask], ref[mask]), (name, max_abs(ours[mask].float(), ref[mask].float()))
 

@@ -114,7 +114,7 @@ def test_patching_every_image_position_from_a_into_b_gives_a(models, name):
     tokens, a = inputs_for(name, model, tiny_image(10))
     tokens_b, b = inputs_for(name, model, tiny_image(11))  # same size: the same image tokens
     assert torch.equal(tokens, tokens_b)
-    positions = model.image_positions(tokens, a.get("image_sizes"))
+    positions = model.image_positions(tokens, a.get("image_sizes"), image_grid_thw=a.get("image_grid_thw"))
     with torch.no_grad():
         logits_a, cache_a = model.run_with_cache(tokens, names_filter="hook_merged_embed", **a)
         logits_b = model(tokens, **b)
