@@ -1,4 +1,4 @@
-"""`VisionLanguageConfig`: the image side of an image-text model (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3).
+"""`VisionLanguageConfig`: the image side of an image-text model (LLaVA and its successors, Gemma 3, Qwen2.5-VL).
 
 An image-text model is a language model whose input embeddings at some positions (the image
 tokens) are replaced by image features. The features come from a vision transformer (ViT):

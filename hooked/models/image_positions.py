@@ -74,8 +74,9 @@ class ImagePositions:
         if not 0 <= image < self.n_images:
             raise InputError(f"image={image} is outside the call's {self.n_images} images")
         idx = self.select(image, tile)
-        rows = self.tokens_per_side or int(self.row[idx].max()) + 1 if len(idx) else self.tokens_per_side
-        cols = self.tokens_per_side or int(self.col[idx].max()) + 1 if len(idx) else self.tokens_per_side
+        rows = cols = self.tokens_per_side
+        if not rows and len(idx):  # each image its own grid (Qwen2.5-VL): as large as its tokens reach
+            rows, cols = int(self.row[idx].max()) + 1, int(self.col[idx].max()) + 1
         out = torch.full((rows, cols), -1, dtype=torch.long)
         if not len(idx) and tile != 0:
             rows, cols = self.grids[image]

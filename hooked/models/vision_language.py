@@ -1,4 +1,4 @@
-"""`HookedVisionLanguageModel`: an image-text model (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3) fully hooked.
+"""`HookedVisionLanguageModel`: an image-text model (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL), hooked.
 
 It is a `HookedTransformer` (the language model: `embed`, `blocks`, `ln_final`, `unembed`, hooks as
 always) with a vision tower and a projector beside it:
@@ -29,6 +29,7 @@ from jaxtyping import Bool, Float, Int
 from hooked.components.anyres import n_tiles, pack_image_features
 from hooked.components.projector import MLPProjector, PatchMerger, PoolingProjector
 from hooked.components.qwen_vision import QwenVisionTower, mrope_positions, mrope_tables
+from hooked.components.rotary import rotary_inv_freq
 from hooked.components.vision import VisionTower
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import ConfigError, InputError
@@ -127,7 +128,7 @@ class HookedVisionLanguageModel(HookedTransformer):
     # -- images to features ----------------------------------------------------------------
     def image_features(
         self,
-        pixel_values: Float[torch.Tensor, "*images channels height width"],
+        pixel_values: Float[torch.Tensor, "*images channels height width"] | Float[torch.Tensor, "patches flat"],
         image_sizes: Int[torch.Tensor, "images 2"] | Sequence[Sequence[int]] | None = None,
         batch_num_images: Sequence[int] | None = None,
         image_grid_thw: Int[torch.Tensor, "images 3"] | None = None,
@@ -295,9 +296,10 @@ class HookedVisionLanguageModel(HookedTransformer):
             positions = (state.positions + call.rope_deltas[:, None]).expand(3, -1, -1)  # [3, batch, pos]
         else:
             return None
-        section = self.vcfg.mrope_section
-        assert section is not None  # the caller checks
-        return mrope_tables(positions, self.blocks[0].attn.inv_freq, section, self.cfg.dtype)
+        section, cfg = self.vcfg.mrope_section, self.cfg
+        assert section is not None and cfg.rotary_dim is not None  # the caller checks; rotary models have it
+        inv_freq = rotary_inv_freq(cfg.rotary_dim, cfg.rotary_base, cfg.rotary_scaling)  # the layers' frequencies
+        return mrope_tables(positions, inv_freq.to(positions.device), section, cfg.dtype)
 
     def _merge_images(self, residual: torch.Tensor, tokens: torch.Tensor | None, call: _ImageCall) -> torch.Tensor:
         """Scatter the image features into the image tokens' rows; Gemma 3: mark the image blocks."""

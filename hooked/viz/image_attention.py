@@ -26,9 +26,10 @@ def attention_over_image(
     model,
     cache,
     layer: int,
-    pixel_values: torch.Tensor,
+    pixel_values,
     *,
     image_sizes: torch.Tensor | None = None,
+    image_grid_thw: torch.Tensor | None = None,
     image: int = 0,
     tile: int = 0,
     heads: Sequence[int] | None = None,
@@ -42,8 +43,11 @@ def attention_over_image(
         model: a `HookedVisionLanguageModel` (its `image_positions` locates the patches).
         cache: the `ActivationCache` of `model.run_with_cache(tokens, pixel_values=...)` with `pattern` of `layer`.
         layer: the language model's layer whose heads are drawn.
-        pixel_values: the run's pixels, `[images, C, H, W]` or `[images, tiles, C, H, W]` (shown min-max scaled).
+        pixel_values: the run's pixels, `[images, C, H, W]` or `[images, tiles, C, H, W]` (shown min-max scaled),
+            or the image itself (a PIL image or an `[H, W, 3]` uint8 array): Qwen2.5-VL's pixels are
+            flattened patches, so pass the image you gave its processor.
         image_sizes: the run's `image_sizes` (any-resolution models).
+        image_grid_thw: the run's `image_grid_thw` (Qwen2.5-VL).
         image: which image of the run.
         tile: 0 for the whole image; k >= 1 for the k-th tile of an any-resolution grid.
         heads: the heads offered besides their mean (None: all, up to `max_heads`).
@@ -57,7 +61,7 @@ def attention_over_image(
     tokens = getattr(cache, "tokens", None)
     if tokens is None:
         raise InputError("the cache has no tokens: run model.run_with_cache(tokens, pixel_values=...) on tokens")
-    positions = model.image_positions(tokens, image_sizes)
+    positions = model.image_positions(tokens, image_sizes, image_grid_thw=image_grid_thw)
     in_row = positions.batch == batch_index
     grid = _grid(positions, image, tile, in_row)  # [side, side] of key positions, -1 where none
     cache = one_sequence(cache, batch_index)
@@ -84,8 +88,9 @@ def attention_over_image(
         "heads": ["mean"] + [f"L{layer}H{h}" for h in shown],
         "positions": queries.tolist(),
         "tokens": [labels[int(q)] for q in queries],
-        "side": grid.shape[0],
-        "weights": _weights(pattern, shown, queries, grid),  # [head entry, query, side * side]
+        "rows": grid.shape[0],
+        "cols": grid.shape[1],
+        "weights": _weights(pattern, shown, queries, grid),  # [head entry, query, rows * cols]
         "share": _share(pattern, shown, queries, grid),  # [head entry, query]
         "image": _pixels(pixel_values, image, tile),
         "notes": notes,
@@ -119,7 +124,7 @@ def _per_head_and_mean(pattern: torch.Tensor, shown: list[int]) -> torch.Tensor:
 def _weights(pattern: torch.Tensor, shown: list[int], queries: torch.Tensor, grid: torch.Tensor) -> list:
     rows = _per_head_and_mean(pattern, shown)[:, queries]  # [entry, query, key]
     flat = grid.flatten()
-    values = rows[:, :, flat.clamp(min=0)]  # [entry, query, side * side]
+    values = rows[:, :, flat.clamp(min=0)]  # [entry, query, rows * cols]
     values = values.masked_fill((flat < 0)[None, None], float("nan"))  # no token there: drawn untinted
     return floats(values, digits=5)  # type: ignore[return-value]
 
@@ -130,11 +135,22 @@ def _share(pattern: torch.Tensor, shown: list[int], queries: torch.Tensor, grid:
     return floats(_per_head_and_mean(pattern, shown)[:, queries][:, :, keys].sum(-1), digits=5)  # type: ignore[return-value]
 
 
-def _pixels(pixel_values: torch.Tensor, image: int, tile: int) -> dict:
-    """The tile's pixels as base64 RGB bytes, each channel min-max scaled to 0..255 (the processor normalized them)."""
+def _pixels(pixel_values, image: int, tile: int) -> dict:
+    """The tile's pixels as base64 RGB bytes, each channel min-max scaled to 0..255 (the processor normalized
+    them); an image given as such (PIL or `[H, W, 3]` uint8) is drawn as it is."""
+    if not isinstance(pixel_values, torch.Tensor):
+        import numpy as np
+
+        rgb = np.asarray(pixel_values.convert("RGB") if hasattr(pixel_values, "convert") else pixel_values)
+        if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+            raise InputError(f"an image to draw must be RGB uint8 [H, W, 3], got {rgb.dtype} {tuple(rgb.shape)}")
+        return {"height": rgb.shape[0], "width": rgb.shape[1], "rgb": base64.b64encode(rgb.tobytes()).decode("ascii")}
     pixels = pixel_values[image, tile] if pixel_values.ndim == 5 else pixel_values[image]  # [C, H, W]
     if pixels.ndim != 3 or pixels.shape[0] not in (1, 3):
-        raise InputError(f"pixel_values[{image}] has shape {tuple(pixels.shape)}; expected [channels, height, width]")
+        raise InputError(
+            f"pixel_values[{image}] has shape {tuple(pixels.shape)}; expected [channels, height, width] (Qwen2.5-VL's "
+            "are flattened patches: pass the image itself)"
+        )
     x = pixels.detach().float().cpu()
     low, high = x.amin(dim=(1, 2), keepdim=True), x.amax(dim=(1, 2), keepdim=True)
     x = ((x - low) / (high - low).clamp(min=1e-12) * 255).round().to(torch.uint8)  # [C, H, W]
@@ -145,7 +161,8 @@ def _pixels(pixel_values: torch.Tensor, image: int, tile: int) -> dict:
 
 _JS = r"""
 R.image_attention=function(v,sec){
-  const D=Math.max(224,Math.min(448,v.image.width*4)), side=v.side, cell=D/side;
+  const W=v.image.width, H=v.image.height, S=Math.max(224,Math.min(448,4*Math.max(W,H)))/Math.max(W,H);
+  const DW=Math.round(W*S), DH=Math.round(H*S), rows=v.rows, cols=v.cols, cw=DW/cols, ch=DH/rows;
   const info=el('div','info','hover a text token: its attention to each patch');
   let head=0, query=v.positions.length-1;
   const bar=el('div','heads');
@@ -153,26 +170,26 @@ R.image_attention=function(v,sec){
     b.addEventListener('click',()=>{head=i;draw();});bar.appendChild(b);return b;});
   const strip=tokenStrip(v.tokens,null,i=>{query=i;draw();});
   const toks=Array.from(strip.querySelectorAll('.tok'));
-  const raw=atob(v.image.rgb), W=v.image.width, H=v.image.height;
+  const raw=atob(v.image.rgb);
   const off=document.createElement('canvas');off.width=W;off.height=H;
   const img=off.getContext('2d').createImageData(W,H);
   for(let p=0;p<W*H;p++){img.data[4*p]=raw.charCodeAt(3*p);img.data[4*p+1]=raw.charCodeAt(3*p+1);
     img.data[4*p+2]=raw.charCodeAt(3*p+2);img.data[4*p+3]=255;}
   off.getContext('2d').putImageData(img,0,0);
-  const cv=el('canvas','image-attention');cv.width=cv.height=D;
+  const cv=el('canvas','image-attention');cv.width=DW;cv.height=DH;
   function draw(){
-    const ctx=cv.getContext('2d');ctx.imageSmoothingEnabled=false;ctx.clearRect(0,0,D,D);ctx.drawImage(off,0,0,D,D);
+    const ctx=cv.getContext('2d');ctx.imageSmoothingEnabled=false;ctx.clearRect(0,0,DW,DH);ctx.drawImage(off,0,0,DW,DH);
     const w=v.weights[head][query];let m=0;w.forEach(x=>{if(x!==null&&x>m)m=x;});
-    for(let r=0;r<side;r++)for(let c=0;c<side;c++){const x=w[r*side+c];if(x===null||m<=0)continue;
-      ctx.fillStyle='rgba(255,40,0,'+(0.8*x/m).toFixed(3)+')';ctx.fillRect(c*cell,r*cell,cell,cell);}
+    for(let r=0;r<rows;r++)for(let c=0;c<cols;c++){const x=w[r*cols+c];if(x===null||m<=0)continue;
+      ctx.fillStyle='rgba(255,40,0,'+(0.8*x/m).toFixed(3)+')';ctx.fillRect(c*cw,r*ch,cw,ch);}
     cv.dataset.head=v.heads[head];cv.dataset.query=String(v.positions[query]);cv.dataset.vmax=m;
     highlight(buttons,b=>+b.dataset.head===head);highlight(toks,n=>+n.dataset.pos===query);
     info.textContent=v.heads[head]+' from '+JSON.stringify(v.tokens[query])+' (pos '+v.positions[query]+
       '): '+pct(v.share[head][query])+' of its attention on this image, largest patch '+fmt(m);
   }
   cv.addEventListener('mousemove',e=>{const b=cv.getBoundingClientRect();
-    const c=Math.min(side-1,Math.floor((e.clientX-b.left)/cell)),r=Math.min(side-1,Math.floor((e.clientY-b.top)/cell));
-    const x=v.weights[head][query][r*side+c];
+    const c=Math.min(cols-1,Math.floor((e.clientX-b.left)/cw)),r=Math.min(rows-1,Math.floor((e.clientY-b.top)/ch));
+    const x=v.weights[head][query][r*cols+c];
     info.textContent=v.heads[head]+': '+JSON.stringify(v.tokens[query])+' → patch ('+r+', '+c+') '+
       (x===null?'(no token)':fmt(x));});
   sec.appendChild(strip);sec.appendChild(bar);sec.appendChild(cv);sec.appendChild(info);draw();

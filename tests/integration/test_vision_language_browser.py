@@ -33,7 +33,8 @@ def test_attention_over_image_tints_the_patches_a_token_reads(browser, tmp_path,
     model, inputs, cache = run
     view = attention_over_image(model, cache, 1, inputs.pixel_values)
     page, _, errors, requests = open_page(browser, file_url(view.save(tmp_path / "image.html")))
-    data, side = view.data, view.data["side"]
+    data, side = view.data, view.data["rows"]
+    assert data["cols"] == side == 4  # LLaVA's 28-pixel image in 7-pixel patches
     canvas = page.locator("canvas.image-attention")
     size = int(page.evaluate("() => document.querySelector('canvas.image-attention').width"))
     cell = size / side
@@ -65,3 +66,27 @@ def test_attention_over_image_tints_the_patches_a_token_reads(browser, tmp_path,
     assert "patch (0, 0)" in page.inner_text(".info")
     assert all(url.startswith("file://") for url in requests) and errors == []
     check_screenshot(page, tmp_path / "image.png")
+
+
+def test_a_qwen_image_at_its_own_grid_is_drawn_at_its_aspect(browser, tmp_path):
+    """Qwen2.5-VL keeps an image's shape: a 40 x 70 image is 3 x 5 image tokens, drawn over the image as given."""
+    from tests.tiny_models import vlm_image_processor
+
+    directory = tmp_path / "qwen"
+    save_tiny_vlm("qwen2_5_vl", directory, seed=7)
+    model = HookedTransformer.from_pretrained(str(directory))
+    image = tiny_image(8, 40, 70)
+    pixels = dict(vlm_image_processor("qwen2_5_vl")(images=[image], return_tensors="pt"))
+    tokens = torch.tensor([[1, 40, 41] + [model.vcfg.image_token_id] * 15 + [50, 51, 52]])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, **pixels)
+    view = attention_over_image(model, cache, 0, image, image_grid_thw=pixels["image_grid_thw"])
+    assert (view.data["rows"], view.data["cols"]) == (3, 5)
+    page, _, errors, _ = open_page(browser, file_url(view.save(tmp_path / "qwen.html")))
+    width, height = page.evaluate("() => [document.querySelector('canvas.image-attention').width, "
+                                  "document.querySelector('canvas.image-attention').height]")  # fmt: skip
+    assert abs(width / height - 70 / 40) < 0.02
+    canvas = page.locator("canvas.image-attention")
+    canvas.hover(position={"x": width - 2, "y": height - 2})
+    assert "patch (2, 4)" in page.inner_text(".info") and errors == []
+    check_screenshot(page, tmp_path / "qwen.png")

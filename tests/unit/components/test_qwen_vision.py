@@ -31,7 +31,9 @@ def test_patch_positions_and_windows_are_hfs():
         boundaries = torch.cat([torch.tensor([0]), (windows[1:] != windows[:-1]).nonzero().flatten() + 1])
         assert torch.equal(torch.cat([boundaries, torch.tensor([len(windows)])]), hf_cu.long())
     frames = torch.cat([torch.tensor([0]), (image_ids(GRIDS)[1:] != image_ids(GRIDS)[:-1]).nonzero().flatten() + 1])
-    assert torch.equal(torch.cat([frames, torch.tensor([int(GRIDS.prod(-1).sum())])]), get_vision_cu_seqlens(GRIDS).long())
+    assert torch.equal(
+        torch.cat([frames, torch.tensor([int(GRIDS.prod(-1).sum())])]), get_vision_cu_seqlens(GRIDS).long()
+    )
 
 
 def test_vision_rotary_tables_are_hfs():
@@ -43,13 +45,13 @@ def test_vision_rotary_tables_are_hfs():
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_3d_positions_and_mrope_tables_are_hfs(padded):
+@pytest.mark.parametrize("extra_padding", [0, 3])
+def test_3d_positions_and_mrope_tables_are_hfs(extra_padding):
     hf = tiny_vlm("qwen2_5_vl")
     image = 300
     grids = torch.tensor([[1, 6, 10], [1, 4, 4]])  # 3 x 5 and 2 x 2 image tokens
     rows = [[1, 5] + [image] * 15 + [6, 7], [1] + [image] * 4 + [8]]
-    width = max(map(len, rows)) + (3 if padded else 0)
+    width = max(map(len, rows)) + extra_padding  # left padding: the second row always, both with 3
     tokens = torch.tensor([[2] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     ours, deltas = mrope_positions(tokens, mask, image, grids, 2)

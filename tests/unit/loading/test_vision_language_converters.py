@@ -18,12 +18,14 @@ from tests.tiny_models import VLM_CONFIGS, tiny_vlm
 torch.set_num_threads(1)
 
 
-def _older_layout(state: dict) -> dict:
+def _older_layout(state: dict, name: str) -> dict:
     """The keys of hub checkpoints saved before transformers 5 (`language_model.model.`, `vision_tower.vision_model.`,
     ...)."""
+    qwen = name == "qwen2_5_vl"  # Qwen2.5-VL's hub files: `model.layers...` and `visual...`
     renames = (
-        ("model.language_model.", "language_model.model."),
-        ("lm_head.", "language_model.lm_head."),
+        ("model.language_model.", "model." if qwen else "language_model.model."),
+        ("model.visual.", "visual."),
+        ("lm_head.", "lm_head." if qwen else "language_model.lm_head."),
         ("model.vision_tower.", "vision_tower.vision_model."),
         ("model.multi_modal_projector.", "multi_modal_projector."),
         ("model.image_newline", "image_newline"),
@@ -44,7 +46,7 @@ def test_every_key_layout_converts_alike(name):
     arch = get_architecture(type(hf).__name__)
     model = HookedTransformer.from_pretrained_no_processing("tiny", hf_model=hf)
     memory = hf.state_dict()
-    ours, older = arch.weights(memory, model.cfg), arch.weights(_older_layout(memory), model.cfg)
+    ours, older = arch.weights(memory, model.cfg), arch.weights(_older_layout(memory, name), model.cfg)
     assert set(ours) == set(older) == set(model.state_dict())
     assert all(torch.equal(ours[k], older[k]) for k in ours)
 
@@ -67,6 +69,7 @@ def test_feature_layers_resolve_and_only_the_blocks_read_are_built():
         ("llava", lambda c: setattr(c.text_config, "model_type", "gemma"), "model_type"),
         ("llava", lambda c: setattr(c.vision_config, "hidden_act", "mish"), "hidden_act"),
         ("llava_onevision", lambda c: setattr(c, "vision_aspect_ratio", "square"), "vision_aspect_ratio"),
+        ("qwen2_5_vl", lambda c: c.text_config.rope_parameters.update(rope_type="yarn", factor=2.0), "rope_type"),
     ],
 )
 def test_unimplemented_config_values_are_refused(name, change, message):
