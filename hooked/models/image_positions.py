@@ -66,7 +66,7 @@ class ImagePositions:
             keep &= self.tile == tile
         return keep.nonzero().flatten()
 
-    def grid(self, image: int = 0, tile: int = 0) -> Int[torch.Tensor, "tokens_per_side tokens_per_side"]:
+    def grid(self, image: int = 0, tile: int = 0) -> Int[torch.Tensor, "rows cols"]:
         """Sequence positions of one tile's tokens laid out as the image: `[row, col]` -> pos, -1 where none.
 
         A high-resolution tile whose padding was cut off has -1 in the cut rows or columns.

@@ -95,6 +95,17 @@ def test_positions_of_one_tile_images_are_the_grid_in_reading_order(models, name
         positions.at(image=0, row=side, col=0)
 
 
+def test_qwen_positions_follow_each_images_own_grid(models):
+    """Qwen2.5-VL: a 40 x 70 image is 6 x 10 patches, 3 x 5 image tokens in reading order."""
+    _, model, _ = models["qwen2_5_vl"]
+    tokens, pixels = inputs_for("qwen2_5_vl", model, tiny_image(2, 40, 70))
+    assert pixels["image_grid_thw"].tolist() == [[1, 6, 10]]
+    positions = model.image_positions(tokens, image_grid_thw=pixels["image_grid_thw"])
+    grid = positions.grid(0)
+    assert grid.shape == (3, 5) and torch.equal(grid.flatten(), positions.pos)
+    assert positions.at(image=0, row=2, col=4) == (0, int(positions.pos[-1]))
+
+
 def test_positions_refuse_a_token_count_the_images_do_not_fill(models):
     _, model, _ = models["llava"]
     tokens, _ = inputs_for("llava", model, tiny_image(1))
