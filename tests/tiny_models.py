@@ -12,6 +12,7 @@ float32 rounding alone, with the same math done in a different order, exceeds 1e
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
 decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
 the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
+image-text models (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL: `tiny_vlm`);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
 parity test compares: add a new entry rather than edit one.
