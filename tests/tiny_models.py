@@ -324,11 +324,12 @@ ROUTED_CONFIGS = {
         dict(MLA, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
              rope_parameters=YARN_MSCALE),
     ),  # fmt: skip
-    # DSA: 4 of up to 12 keys per query; layer 1 shares layer 0's selection; a dense first layer
+    # DSA: 4 of up to 12 keys per query; layer 1 shares layer 0's selection; a dense first layer; 8 indexer
+    # heads, so a key's score is rarely an exact tie at 0 (the ReLU of every head's product)
     "glm_moe_dsa_topk4": (
         "GlmMoeDsa",
         dict(MLA, num_hidden_layers=3, n_routed_experts=4, num_experts_per_tok=2, index_topk=4, index_head_dim=8,
-             index_n_heads=2, mlp_layer_types=["dense", "sparse", "sparse"], indexer_types=["full", "shared", "full"]),
+             index_n_heads=8, mlp_layer_types=["dense", "sparse", "sparse"], indexer_types=["full", "shared", "full"]),
     ),  # fmt: skip
     # GLM-4-MoE: rotary on half of each head, per-head qk-norm, q/k/v biases, 2 groups (1 kept)
     "glm4_moe_qk_norm_groups": (
