@@ -259,9 +259,9 @@ class Attention(AttentionBuffers, nn.Module):
         self,
         q: Float[torch.Tensor, "batch pos head d_head"],
         k: Float[torch.Tensor, "batch n_keys kv_head d_head"],
-        v: Float[torch.Tensor, "batch n_keys kv_head d_head"],
+        v: Float[torch.Tensor, "batch n_keys kv_head d_value"],
         state: ForwardState,
-    ) -> Float[torch.Tensor, "batch head pos d_head"]:
+    ) -> Float[torch.Tensor, "batch head pos d_value"]:
         mask, is_causal = self._sdpa_mask(state)
         if self.alibi_slopes is not None:  # the bias rides in a float mask, -inf where masked
             mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype), False

@@ -23,9 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from hooked.components.attention import head_major, project
+from hooked.components.attention import head_major
 from hooked.components.forward_state import ForwardState
-from hooked.components.mla import LATENT_NORM_EPS, MultiHeadLatentAttention
+from hooked.components.mla import LATENT_NORM_EPS, MultiHeadLatentAttention, up_project
 from hooked.components.norms import LayerNorm
 from hooked.components.rotary import apply_rotary_interleaved
 from hooked.core.config import INDEXER_KEYS, HookedTransformerConfig
@@ -76,7 +76,7 @@ class SparseIndexer(nn.Module):
         self, x: Float[torch.Tensor, "batch pos d_model"], q_latent: torch.Tensor, cos, sin, state: ForwardState, layer: int
     ) -> Float[torch.Tensor, "batch pos n_keys"]:
         """Every key's score for every new query (cached keys included), before masking."""
-        q = project(q_latent, self.W_Q, self.W_Q.new_zeros(()))  # [batch, pos, H_I, D_I]
+        q = up_project(q_latent, self.W_Q)  # [batch, pos, H_I, D_I]
         k = self.k_norm(F.linear(x, self.W_K.t()))[:, :, None]  # [batch, pos, 1, D_I]
         q = self.hook_q(self._rotate(q, cos, sin))
         k = self.hook_k(self._rotate(k, cos, sin)[:, :, 0])  # [batch, pos, D_I]

@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
-from hooked.components.attention import Attention, head_major, project
+from hooked.components.attention import Attention, head_major
 from hooked.components.forward_state import ForwardState
 from hooked.components.norms import make_norm
 from hooked.components.rotary import (
@@ -58,6 +58,15 @@ def latent_norm(cfg: HookedTransformerConfig, length: int, folded: bool = False)
     norm = make_norm(cfg, "RMSPre" if folded else "RMS", length)
     norm.eps = LATENT_NORM_EPS
     return norm
+
+
+def up_project(
+    x: Float[torch.Tensor, "batch pos d_in"], W: Float[torch.Tensor, "head d_in d_out"]
+) -> Float[torch.Tensor, "batch pos head d_out"]:
+    """`x @ W[h]` for every head, one bias-free matmul as HF's `q_b_proj`/`kv_b_proj` (`W` stored head-major)."""
+    n_heads, d_in, d_out = W.shape
+    W_flat = W.transpose(1, 2).reshape(n_heads * d_out, d_in)  # [head * d_out, d_in]: a view of head-major storage
+    return F.linear(x, W_flat).view(*x.shape[:-1], n_heads, d_out)
 
 
 class MultiHeadLatentAttention(Attention):
@@ -221,7 +230,7 @@ class MultiHeadLatentAttention(Attention):
 
     def _queries(self, q_in: torch.Tensor, cos, sin) -> Float[torch.Tensor, "batch head pos d_head"]:
         """`[q_nope | rot(q_rope)]` through the query hooks, laid out heads first as HF's (bit for bit below fp32)."""
-        q = self.hook_q(project(q_in, self.W_Q_B, self.W_Q_B.new_zeros(())))  # [batch, pos, head, d_head]
+        q = self.hook_q(up_project(q_in, self.W_Q_B))  # [batch, pos, head, d_head]
         q_nope = self.hook_q_nope(q[..., : self.d_nope])  # [batch, pos, head, d_nope]
         q_rope = self.hook_q_rope(q[..., self.d_nope :])  # [batch, pos, head, rotary_dim]
         rotated = self._rotate_rope(q_rope, cos, sin)
@@ -250,7 +259,7 @@ class MultiHeadLatentAttention(Attention):
         self, latent: Float[torch.Tensor, "batch n_keys r"], rot_k_rope: Float[torch.Tensor, "batch n_keys rot"]
     ) -> tuple[Float[torch.Tensor, "batch head n_keys d_head"], Float[torch.Tensor, "batch head n_keys d_value"]]:
         """Every head's keys and values, up-projected from the latent of every key position, laid out as HF's."""
-        kv = project(latent, self.W_KV_B, self.W_KV_B.new_zeros(())).transpose(1, 2)  # [batch, head, n_keys, dk+dv]
+        kv = up_project(latent, self.W_KV_B).transpose(1, 2)  # [batch, head, n_keys, dk+dv]
         key = kv.new_empty(*kv.shape[:-1], self.d_nope + self.d_rope)  # [batch, head, n_keys, d_head]
         key[..., : self.d_nope].copy_(kv[..., : self.d_nope])
         key[..., self.d_nope :].copy_(rot_k_rope[:, None])  # the shared key, every head

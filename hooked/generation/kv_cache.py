@@ -43,14 +43,14 @@ class HookedTransformerKeyValueCacheEntry:
         return self._keys[:, : self.length]
 
     @property
-    def past_values(self) -> Float[torch.Tensor, "batch pos kv_head d_head"]:
+    def past_values(self) -> Float[torch.Tensor, "batch pos kv_head d_value"]:
         return self._values[:, : self.length]
 
     def update(
         self,
         keys: Float[torch.Tensor, "batch new kv_head d_head"],
-        values: Float[torch.Tensor, "batch new kv_head d_head"],
-    ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_head"]]:
+        values: Float[torch.Tensor, "batch new kv_head d_value"],
+    ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_value"]]:
         """Keys and values of all positions (cached + new); stores the new ones unless frozen."""
         if self._keys.device != keys.device:  # a split model: the entry lives with its layer
             self._keys, self._values = self._keys.to(keys.device), self._values.to(keys.device)
@@ -187,16 +187,16 @@ class StaticKeyValueCacheEntry:
         return self.keys
 
     @property
-    def past_values(self) -> Float[torch.Tensor, "batch capacity kv_head d_head"]:
+    def past_values(self) -> Float[torch.Tensor, "batch capacity kv_head d_value"]:
         return self.values
 
     def update(
         self,
         keys: Float[torch.Tensor, "batch new kv_head d_head"],
-        values: Float[torch.Tensor, "batch new kv_head d_head"],
+        values: Float[torch.Tensor, "batch new kv_head d_value"],
         columns: Int[torch.Tensor, "new"] | None = None,
     ) -> tuple[
-        Float[torch.Tensor, "batch capacity kv_head d_head"], Float[torch.Tensor, "batch capacity kv_head d_head"]
+        Float[torch.Tensor, "batch capacity kv_head d_head"], Float[torch.Tensor, "batch capacity kv_head d_value"]
     ]:
         """Write the new keys and values at `columns`; the whole buffers, the new positions included."""
         if columns is None:
