@@ -1,8 +1,8 @@
 """Forward speed of hooked vs HuggingFace on a DeepSeek-V3-shaped and a GLM-4-MoE-shaped random model, one run.
 
 The real models do not fit a CPU, so both keep their families' structure at a smaller width
-(random weights, float32, CPU, no grad, batch 4 x 128 tokens, HF with its default SDPA attention
-and grouped_mm experts; hooked unprocessed):
+(random weights, float32, CPU, no grad, batch 4 x 128 tokens, HF with its default grouped_mm
+experts, eager and SDPA attention; hooked unprocessed, its default attention):
 
 - DeepSeek-V3-shaped: d_model 1024, 4 layers (the first dense, width 2048), 16 heads of MLA with a
   query latent of 384, a KV latent of 256, heads of 64 + 32 rotary dims and values of 64 (V3's
@@ -13,13 +13,16 @@ and grouped_mm experts; hooked unprocessed):
   256, top-8, sigmoid scores with a correction bias, one shared expert; vocab 32000.
 
 Each repeat times every variant once, interleaved (the machine is shared: both sides see the same
-load), and the script prints medians and the ratio to HF's forward beside the target bound. On a
+load), and the script prints medians and the ratios to HF's forward with eager attention (the
+bounds are on these) and with its default SDPA attention. On a
 loaded machine, `--threads 1 --clock cpu` (process CPU time) gives steadier ratios than wall time.
 
     python benchmarks/latent_moe_forward.py [--repeats 5] [--threads N] [--clock cpu|wall] [--only deepseek|glm]
 """
 
 from __future__ import annotations
+
+import copy
 
 import forward
 import torch
@@ -69,20 +72,26 @@ def _pair(hf):
 
 
 def bench(label: str, hf, model, tokens, repeats: int) -> None:
+    eager = copy.deepcopy(hf)
+    eager.set_attn_implementation("eager")
     variants = {
-        "hf forward": lambda: hf(tokens),
+        "hf forward (eager attention)": lambda: eager(tokens),
+        "hf forward (sdpa, its default)": lambda: hf(tokens),
         "hooked forward": lambda: model(tokens),
         "hooked run_with_cache (all hooks)": lambda: model.run_with_cache(tokens),
     }
     with torch.inference_mode():
-        same = (model(tokens) - hf(tokens).logits).abs().max().item()
+        same = (model(tokens) - eager(tokens).logits).abs().max().item()
         med = measure(variants, repeats)
-    base = med["hf forward"]
+    base, sdpa = med["hf forward (eager attention)"], med["hf forward (sdpa, its default)"]
     print(f"\n{label}: batch {tokens.shape[0]} x {tokens.shape[1]}, float32, {torch.get_num_threads()} threads, "
           f"max |logit difference| {same:.1e}")  # fmt: skip
     for name, t in med.items():
         bound = f"   (target <= {BOUNDS[name]:.2f})" if name in BOUNDS else ""
-        print(f"  {name:36s} {t * 1000:8.1f} ms ({forward.clock.__name__})   ratio to HF {t / base:5.2f}{bound}")
+        print(
+            f"  {name:36s} {t * 1000:8.1f} ms ({forward.clock.__name__})   ratio to HF eager {t / base:5.2f}"
+            f"   to HF sdpa {t / sdpa:5.2f}{bound}"
+        )
 
 
 def main() -> None:

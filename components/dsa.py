@@ -8,6 +8,7 @@ those only. Per query position `i` and key position `j` (`H_I` indexer heads of 
     k_I    = LayerNorm(x W_K)                one key per position      indexer.hook_k  [batch, pos, D_I] (cached)
     w[h]   = x W_weights[h] / sqrt(H_I)      a weight per head
     score[i, j] = sum_h w_i[h] relu(q_I[i, h] . k_I[j] / sqrt(D_I))      indexer.hook_scores [batch, pos, n_keys]
+                  (-inf where query i may not see key j: later keys, padding)
     selected[i] = top-index_topk_j (score[i, j] over the keys i may see)  attn.hook_selected_keys [batch, pos, k]
 
 The first `rotary_dim` dims of `q_I` and `k_I` are rotated (GLM's interleaved pairs). Editing
@@ -46,7 +47,11 @@ class SparseIndexer(nn.Module):
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__()
         self.cfg = cfg
-        H, D, dt = require_set(cfg.index_n_heads, "index_n_heads"), require_set(cfg.index_d_head, "index_d_head"), cfg.dtype
+        H, D, dt = (
+            require_set(cfg.index_n_heads, "index_n_heads"),
+            require_set(cfg.index_d_head, "index_d_head"),
+            cfg.dtype,
+        )
         self.W_Q = nn.Parameter(head_major(H, require_set(cfg.q_lora_rank, "q_lora_rank"), D, dt))
         self.W_K = nn.Parameter(torch.empty(cfg.d_model, D, dtype=dt))
         self.k_norm = LayerNorm(cfg, D)
@@ -73,7 +78,13 @@ class SparseIndexer(nn.Module):
         return self
 
     def forward(
-        self, x: Float[torch.Tensor, "batch pos d_model"], q_latent: torch.Tensor, cos, sin, state: ForwardState, layer: int
+        self,
+        x: Float[torch.Tensor, "batch pos d_model"],
+        q_latent: torch.Tensor,
+        cos,
+        sin,
+        state: ForwardState,
+        layer: int,
     ) -> Float[torch.Tensor, "batch pos n_keys"]:
         """Every key's score for every new query (cached keys included), before masking."""
         q = up_project(q_latent, self.W_Q)  # [batch, pos, H_I, D_I]
@@ -87,6 +98,9 @@ class SparseIndexer(nn.Module):
         scores = torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * D**-0.5  # [batch, pos, H, n_keys]
         weights = F.linear(x.to(self.W_weights.dtype), self.W_weights.t()).float() * H**-0.5  # [batch, pos, H_I]
         scores = torch.matmul(weights.unsqueeze(-2), F.relu(scores)).squeeze(-2)  # [batch, pos, n_keys]
+        allowed = state.allowed(None)  # [batch or 1, 1, pos, n_keys] or None
+        if allowed is not None:  # -inf compares as HF's additive finfo.min does: below every score, equal to itself
+            scores = scores.masked_fill(~allowed[:, 0], float("-inf"))
         return self.hook_scores(scores)
 
     def _rotate(self, x: torch.Tensor, cos, sin) -> torch.Tensor:
@@ -107,24 +121,20 @@ class SparseLatentAttention(MultiHeadLatentAttention):
 
     def _before_attention(self, x, q_latent, cos, sin, state: ForwardState) -> None:
         if hasattr(self, "indexer"):
-            selected = self._select(self.indexer(x, q_latent, cos, sin, state, self.layer), state, x.dtype)
+            selected = self._select(self.indexer(x, q_latent, cos, sin, state, self.layer))
         else:
             selected = state._memo.get(_SELECTION)
             if selected is None:
-                raise ValueError(f"layer {self.layer} reuses the previous layer's key selection, but none ran before it")
+                raise ValueError(
+                    f"layer {self.layer} reuses the previous layer's key selection, but none ran before it"
+                )
         selected = self.hook_selected_keys(selected)  # [batch, pos, k]
         state._memo[_SELECTION] = selected  # for the next layer, if it shares this one's selection
         keep = torch.zeros(*selected.shape[:2], state.n_keys, dtype=torch.bool, device=selected.device)
         self._selected = keep.scatter(-1, selected.long(), True)[:, None]  # [batch, 1, pos, n_keys]
 
-    def _select(
-        self, scores: Float[torch.Tensor, "batch pos n_keys"], state: ForwardState, dtype: torch.dtype
-    ) -> Int[torch.Tensor, "batch pos k"]:
-        """The `index_topk` best keys each query may see, as HF picks them (its additive mask, then `topk`)."""
-        allowed = state.allowed(None)  # [batch or 1, 1, pos, n_keys] or None
-        if allowed is not None:
-            mask = torch.zeros((), dtype=scores.dtype, device=scores.device)
-            scores = scores + torch.where(allowed[:, 0], mask, torch.finfo(dtype).min)
+    def _select(self, scores: Float[torch.Tensor, "batch pos n_keys"]) -> Int[torch.Tensor, "batch pos k"]:
+        """The `index_topk` best keys of each query (those it may not see score -inf), as HF's `topk` picks them."""
         k = min(require_set(self.cfg.index_topk, "index_topk"), scores.shape[-1])
         return scores.topk(k, dim=-1).indices
 
@@ -142,4 +152,3 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             return super().forward(*args, **kwargs)
         finally:
             self._selected = None  # a selection belongs to one forward call
-

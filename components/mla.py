@@ -37,7 +37,7 @@ from jaxtyping import Float, Int
 
 from hooked.components.attention import Attention, head_major
 from hooked.components.forward_state import ForwardState
-from hooked.components.norms import make_norm
+from hooked.components.norms import RMSNorm, RMSNormPre
 from hooked.components.rotary import (
     apply_rotary_interleaved,
     length_dependent,
@@ -53,9 +53,9 @@ from hooked.core.validation import require_set
 LATENT_NORM_EPS = 1e-6
 
 
-def latent_norm(cfg: HookedTransformerConfig, length: int, folded: bool = False) -> nn.Module:
-    """An RMSNorm over a latent (`RMSPre` once `fold_ln` has folded its gain into the up-projection)."""
-    norm = make_norm(cfg, "RMSPre" if folded else "RMS", length)
+def latent_norm(cfg: HookedTransformerConfig, length: int, folded: bool = False) -> RMSNormPre:
+    """An RMSNorm over a latent (`RMSNormPre` once `fold_ln` has folded its gain into the up-projection)."""
+    norm = RMSNormPre(cfg, length) if folded else RMSNorm(cfg, length)
     norm.eps = LATENT_NORM_EPS
     return norm
 

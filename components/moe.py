@@ -181,11 +181,7 @@ class GptOssMoE(MoE):
 
 
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
-    """The mixture of experts of `cfg`: other routers (`cfg.router_scoring`, groups) in `components/moe_routing.py`."""
-    if cfg.router_scoring != "softmax" or cfg.router_groups is not None or cfg.router_in_fp32:
-        from hooked.components.moe_routing import routed_moe_class  # its classes extend this module's
-
-        return routed_moe_class(cfg)(cfg)
+    """The softmax-routed mixture of experts of `cfg` (`components.moe_routing.make_moe` covers every router)."""
     if cfg.shared_expert_d_mlp:
         return SharedExpertMoE(cfg)
     return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

@@ -17,7 +17,7 @@ are the chosen experts' scores, renormalized (`norm_topk_prob`; DeepSeek-V3 adds
 sum), then multiplied by `cfg.routed_scaling_factor`. Editing `hook_expert_weights` changes the
 choice and the weights; `hook_expert_groups` forces groups; `hook_expert_indices` forces experts
 (weighted by their scores).
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 
+from hooked.components import moe
 from hooked.components.moe import MoE, SharedExpertMoE
 from hooked.components.norms import unedited
 from hooked.core.config import HookedTransformerConfig
@@ -164,10 +165,12 @@ def sparsemixer(
     return torch.cat(multipliers, dim=-1), torch.cat(selected, dim=-1)
 
 
-def routed_moe_class(cfg: HookedTransformerConfig) -> type[MoE]:
-    """The `MoE` subclass of `cfg.router_scoring` (and groups, a float32 router)."""
+def make_moe(cfg: HookedTransformerConfig) -> MoE:
+    """The mixture of experts of `cfg`, whatever its router (`components.moe.make_moe`: softmax routers)."""
     if cfg.router_scoring == "topk_softmax":
-        return TopKSoftmaxMoE
+        return TopKSoftmaxMoE(cfg)
     if cfg.router_scoring == "sparsemixer":
-        return SparseMixerMoE
-    return GroupLimitedMoE
+        return SparseMixerMoE(cfg)
+    if cfg.router_scoring == "sigmoid" or cfg.router_groups is not None or cfg.router_in_fp32:
+        return GroupLimitedMoE(cfg)
+    return moe.make_moe(cfg)

@@ -11,7 +11,7 @@ from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
 from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
-from hooked.components.moe import make_moe
+from hooked.components.moe_routing import make_moe
 from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint

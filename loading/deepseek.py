@@ -23,7 +23,7 @@ Weights: `q_a_proj`/`q_a_layernorm`/`q_b_proj` (or `q_proj`), `kv_a_proj_with_mq
 `kv_a_layernorm`, `kv_b_proj` `[H * (nope + v), r]`, `o_proj` become `attn.W_Q_A`, `q_a_norm.w`,
 `W_Q_B`, `W_KV_A`, `kv_a_norm.w`, `W_KV_B`, `W_O` (right-multiplying views). The experts load
 from the fused transformers-5 tensors or one Linear per expert (`loading/moe.py`).
-"""
+"""  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
 
@@ -53,11 +53,15 @@ from hooked.loading.registry import register_architecture
 def mla_config(hf: Any, family: str) -> dict:
     """The `HookedTransformerConfig` fields of a DeepSeek-shaped model with latent attention (no routing yet)."""
     require_rope_types(hf, family, ("default", "yarn", "linear"))
-    require_supported(hf, family, "num_key_value_heads", lambda n: n in (None, hf.num_attention_heads),
-                      describe="MLA gives every head its own keys: num_key_value_heads == num_attention_heads")  # fmt: skip
+    per_head = "MLA gives every head its own keys: num_key_value_heads == num_attention_heads"
+    require_supported(
+        hf, family, "num_key_value_heads", lambda n: n in (None, hf.num_attention_heads), describe=per_head
+    )
     partial = (getattr(hf, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
     if partial != 1.0:
-        refuse(family, "rope_parameters['partial_rotary_factor']", partial, "supported: 1.0 (rotary on qk_rope_head_dim)")
+        refuse(
+            family, "rope_parameters['partial_rotary_factor']", partial, "supported: 1.0 (rotary on qk_rope_head_dim)"
+        )
     d_head = hf.qk_nope_head_dim + hf.qk_rope_head_dim
     base, scaling = hf_rope_parameters(hf)
     return dict(

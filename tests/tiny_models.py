@@ -11,7 +11,7 @@ float32 rounding alone, with the same math done in a different order, exceeds 1e
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
 decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
-the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
+latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
 parity test compares: add a new entry rather than edit one.
@@ -294,7 +294,11 @@ def tiny_moe(prefix: str, seed: int = 0, **overrides):
 # score-correction bias (a buffer, which the generic redraw skips) are redrawn too.
 
 GRANITE_MULTIPLIERS = dict(
-    embedding_multiplier=3.0, attention_multiplier=0.3, residual_multiplier=0.5, logits_scaling=4.0, num_key_value_heads=2
+    embedding_multiplier=3.0,
+    attention_multiplier=0.3,
+    residual_multiplier=0.5,
+    logits_scaling=4.0,
+    num_key_value_heads=2,
 )
 MLA = dict(
     q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, num_key_value_heads=4,
@@ -309,41 +313,85 @@ ROUTED_CONFIGS = {
     # V2: softmax router, group-limited (2 groups of 2, one kept), routed scaling, a dense first layer
     "deepseek_v2_group_limited": (
         "DeepseekV2",
-        dict(MLA, n_routed_experts=4, num_experts_per_tok=2, topk_method="group_limited_greedy", n_group=2,
-             topk_group=1, routed_scaling_factor=1.5),
-    ),  # fmt: skip
+        dict(
+            MLA,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="group_limited_greedy",
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+        ),
+    ),
     # V2-Lite: no query latent, greedy top-k, YaRN with its attention-scale factor
     "deepseek_v2_lite_yarn": (
         "DeepseekV2",
-        dict(MLA, q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, topk_method="greedy",
-             rope_parameters=YARN_MSCALE),
-    ),  # fmt: skip
+        dict(
+            MLA,
+            q_lora_rank=None,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="greedy",
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
     # V3: sigmoid router with correction bias, 4 groups of 2 (2 kept), interleaved rotary, YaRN, a dense first layer
     "deepseek_v3_group_limited": (
         "DeepseekV3",
-        dict(MLA, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-             rope_parameters=YARN_MSCALE),
-    ),  # fmt: skip
+        dict(
+            MLA,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
     # DSA: 4 of up to 12 keys per query; layer 1 shares layer 0's selection; a dense first layer; 8 indexer
     # heads, so a key's score is rarely an exact tie at 0 (the ReLU of every head's product)
     "glm_moe_dsa_topk4": (
         "GlmMoeDsa",
-        dict(MLA, num_hidden_layers=3, n_routed_experts=4, num_experts_per_tok=2, index_topk=4, index_head_dim=8,
-             index_n_heads=8, mlp_layer_types=["dense", "sparse", "sparse"], indexer_types=["full", "shared", "full"]),
-    ),  # fmt: skip
+        dict(
+            MLA,
+            num_hidden_layers=3,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            index_topk=4,
+            index_head_dim=8,
+            index_n_heads=8,
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            indexer_types=["full", "shared", "full"],
+        ),
+    ),
     # GLM-4-MoE: rotary on half of each head, per-head qk-norm, q/k/v biases, 2 groups (1 kept)
     "glm4_moe_qk_norm_groups": (
         "Glm4Moe",
-        dict(num_key_value_heads=2, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
-             first_k_dense_replace=1, use_qk_norm=True, n_group=2, topk_group=1, attention_bias=True,
-             routed_scaling_factor=1.5),
-    ),  # fmt: skip
+        dict(
+            num_key_value_heads=2,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            first_k_dense_replace=1,
+            use_qk_norm=True,
+            n_group=2,
+            topk_group=1,
+            attention_bias=True,
+            routed_scaling_factor=1.5,
+        ),
+    ),
     # PhiMoE: LayerNorms, sparsemixer, a sliding window shorter than the sequence, an lm_head bias
     "phimoe_sparsemixer": (
         "Phimoe",
-        dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, sliding_window=6, attention_bias=True,
-             lm_head_bias=True),
-    ),  # fmt: skip
+        dict(
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            attention_bias=True,
+            lm_head_bias=True,
+        ),
+    ),
     # GraniteMoE: Granite's multipliers (powers of two where they scale a sum, so folding them is exact)
     "granitemoe_multipliers": ("GraniteMoe", dict(GRANITE_MULTIPLIERS, num_local_experts=4, num_experts_per_tok=2)),
 }

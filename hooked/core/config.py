@@ -383,7 +383,9 @@ class HookedTransformerConfig:
         if self.router_groups is not None and (self.num_experts or 0) % self.router_groups:
             raise ConfigError(f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts})")
         if self.dense_mlp_layers is not None and self.num_experts is None:
-            raise ConfigError("dense_mlp_layers needs num_experts: it names the dense layers of a mixture-of-experts model")
+            raise ConfigError(
+                "dense_mlp_layers needs num_experts: it names the dense layers of a mixture-of-experts model"
+            )
         if self.uses_mla and not (self.uses_rotary and self.rotary_dim is not None and self.rotary_dim < self.d_head):
             raise ConfigError(
                 "multi-head latent attention (kv_lora_rank) needs rotary positions on the last rotary_dim dims of "
@@ -428,7 +430,7 @@ class HookedTransformerConfig:
 
     @property
     def kv_cache_streams(self) -> dict[str, int]:
-        """Per-position tensors each layer caches besides its keys and values, by name and width (DSA's indexer keys)."""
+        """Per-position tensors each layer caches besides keys and values, by name and width (DSA's indexer keys)."""
         if not self.uses_sparse_attention:
             return {}
         assert self.index_d_head is not None  # __post_init__ sets the index fields together

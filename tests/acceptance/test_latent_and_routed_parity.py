@@ -168,7 +168,9 @@ def test_dsa_static_cache_generate_equals_hf_static_generate():
     model, t = hooked_from(hf), tokens(2, 6, seed=3)
     greedy = dict(max_new_tokens=12, do_sample=False)
     with torch.no_grad():
-        ref = hf.generate(t, attention_mask=torch.ones_like(t), eos_token_id=None, cache_implementation="static", **greedy)
+        ref = hf.generate(
+            t, attention_mask=torch.ones_like(t), eos_token_id=None, cache_implementation="static", **greedy
+        )
     for compile in (False, True):
         ours = model.generate(
             t, stop_at_eos=False, verbose=False, cache_implementation="static", compile=compile,

@@ -146,3 +146,27 @@ def test_fold_ln_folds_the_input_and_latent_norms():
     assert "fold_value_biases" not in model.cfg.weight_processing  # MLA's values have no bias to fold
     with torch.no_grad():
         assert max_abs(model(tokens()).log_softmax(-1), hooked_from(hf)(tokens()).log_softmax(-1)) <= 1e-4
+
+
+def test_generate_return_cache_equals_a_forward_over_the_fed_tokens(model):
+    """Every cached hook of a KV-cached MLA `generate` equals `run_with_cache` on the tokens it fed."""
+    out = model.generate(tokens(1, 5), max_new_tokens=4, do_sample=False, stop_at_eos=False, verbose=False,
+                         return_cache=True)  # fmt: skip
+    with torch.no_grad():
+        _, full = model.run_with_cache(out.sequences[:, :-1])
+    assert set(out.cache.keys()) == set(full.keys())
+    for name in full.keys():  # (masked scores are -inf in both)
+        torch.testing.assert_close(out.cache[name], full[name], rtol=0, atol=ATOL, msg=name)
+
+
+def test_dsa_indexer_scores_are_stitched_like_attention_scores():
+    """DSA's `indexer.hook_scores` `[batch, query, key]`: -inf above the diagonal, equal to a full forward's."""
+    dsa = hooked_from(tiny_routed("glm_moe_dsa_topk4", seed=1))
+    out = dsa.generate(tokens(1, 5), max_new_tokens=4, do_sample=False, stop_at_eos=False, verbose=False,
+                       return_cache=True, names_filter="blocks.0.attn.indexer.hook_scores")  # fmt: skip
+    with torch.no_grad():
+        _, full = dsa.run_with_cache(out.sequences[:, :-1], names_filter="blocks.0.attn.indexer.hook_scores")
+    stitched, reference = out.cache["blocks.0.attn.indexer.hook_scores"], full["blocks.0.attn.indexer.hook_scores"]
+    assert stitched.shape == (1, 8, 8) and torch.isinf(stitched.triu(1)[0, 0, 1:]).all()
+    finite = reference.isfinite()
+    assert torch.equal(finite, stitched.isfinite()) and max_abs(stitched[finite], reference[finite]) <= ATOL

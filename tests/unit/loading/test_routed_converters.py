@@ -33,18 +33,51 @@ REFUSED = [
     ("deepseek_v2_group_limited", dict(topk_method="noaux_tc"), "topk_method='noaux_tc'"),
     ("deepseek_v2_group_limited", dict(mlp_bias=True), "mlp_bias=True"),
     ("deepseek_v3_group_limited", dict(num_key_value_heads=2), "num_key_value_heads=2"),
-    ("deepseek_v3_group_limited", dict(rope_parameters=dict(rope_type="llama3", factor=8.0, rope_theta=1e4,
-        low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)), "'llama3'"),  # fmt: skip
-    ("glm_moe_dsa_topk4", dict(layer_types=["indexed_attention", "full_attention", "indexed_attention"]),
-     "layer_types"),  # fmt: skip
-    ("glm4_moe_qk_norm_groups", dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)),
-     "'dynamic'"),  # fmt: skip
+    (
+        "deepseek_v3_group_limited",
+        dict(
+            rope_parameters=dict(
+                rope_type="llama3",
+                factor=8.0,
+                rope_theta=1e4,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8,
+            )
+        ),
+        "'llama3'",
+    ),
+    (
+        "glm_moe_dsa_topk4",
+        dict(layer_types=["indexed_attention", "full_attention", "indexed_attention"]),
+        "layer_types",
+    ),
+    (
+        "glm4_moe_qk_norm_groups",
+        dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)),
+        "'dynamic'",
+    ),
     ("phimoe_sparsemixer", dict(num_experts_per_tok=3), "num_experts_per_tok=3"),
-    ("phimoe_sparsemixer", dict(rope_parameters=dict(rope_type="longrope", rope_theta=1e4, short_factor=[1.0] * 4,
-        long_factor=[2.0] * 4, original_max_position_embeddings=16, short_mscale=1.0, long_mscale=1.2)),
-     "'longrope'"),  # fmt: skip
-    ("granitemoe_multipliers", dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)),
-     "'dynamic'"),  # fmt: skip
+    (
+        "phimoe_sparsemixer",
+        dict(
+            rope_parameters=dict(
+                rope_type="longrope",
+                rope_theta=1e4,
+                short_factor=[1.0] * 4,
+                long_factor=[2.0] * 4,
+                original_max_position_embeddings=16,
+                short_mscale=1.0,
+                long_mscale=1.2,
+            )
+        ),
+        "'longrope'",
+    ),
+    (
+        "granitemoe_multipliers",
+        dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)),
+        "'dynamic'",
+    ),
 ]
 
 
@@ -90,4 +123,4 @@ def test_granitemoe_folds_its_multipliers_into_every_writer():
     model = hooked_from(hf)
     down = hf.model.layers[0].block_sparse_moe.experts.down_proj[1]  # expert 1's [d_model, d_mlp]
     assert (model.blocks[0].mlp.experts[1].W_out.weight == down * 0.5).all()
-    assert (model.W_E == hf.model.embed_tokens.weight * 3.0).all()
+    assert (hf.model.embed_tokens.weight * 3.0 == model.W_E).all()
