@@ -8,8 +8,9 @@
 
 The experts load from transformers 5's fused `mlp.experts.*` or the checkpoint's
 `block_sparse_moe.experts.{e}.w1/w3/w2`, the router from `mlp.router` or `block_sparse_moe.gate`.
-HF's PhiMoE LongRoPE keeps the short factors at every length and switches only its cos/sin
-scale (`short_mscale`/`long_mscale`), which hooked's rotary does not express: it is refused.
+HF's PhiMoE LongRoPE keeps the short factors at every length and scales cos/sin by
+`short_mscale` or `long_mscale` by the length: it loads when the two scales are equal (as in
+Phi-3.5-MoE), as a LongRoPE whose long factors are the short ones; unequal scales are refused.
 `fold_ln` is skipped (a LayerNorm bias cannot fold into the bias-free experts and router).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from hooked.loading.common import bias_or_zeros, strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_rope_types, require_supported
+from hooked.loading.config_checks import refuse, require_rope_types, require_supported
 from hooked.loading.llama import attention_weights, llama_shaped_config, local_attention
 from hooked.loading.moe import MIXTRAL_EXPERT_NAMES, expert_weights
 from hooked.loading.parts import layer_norm
@@ -31,11 +32,12 @@ FAMILY = "PhimoeForCausalLM"
 
 
 def convert_phimoe_config(hf: Any) -> dict:
-    require_rope_types(hf, FAMILY, ("default",))
+    require_rope_types(hf, FAMILY, ("default", "longrope"))
     require_supported(hf, FAMILY, "num_experts_per_tok", (2,), describe="sparsemixer picks exactly two experts")
     window = getattr(hf, "sliding_window", None)
     return dict(
         llama_shaped_config(hf, FAMILY),
+        **_longrope(hf),
         **local_attention(window, [True] * hf.num_hidden_layers),
         normalization_type="LN",
         num_experts=hf.num_local_experts,
@@ -44,6 +46,24 @@ def convert_phimoe_config(hf: Any) -> dict:
         sparsemixer_jitter_eps=float(hf.router_jitter_noise),
         default_prepend_bos=True,
     )
+
+
+def _longrope(hf: Any) -> dict:
+    """HF's PhiMoE LongRoPE as `rotary_scaling`: the short factors at every length, cos/sin scaled by the mscale."""
+    params = dict(getattr(hf, "rope_parameters", None) or {})
+    if params.get("rope_type") != "longrope":
+        return {}
+    short, long = params["short_mscale"], params["long_mscale"]
+    if short != long:
+        refuse(FAMILY, "rope_parameters['long_mscale']", long, f"equal to short_mscale ({short}): one cos/sin scale")
+    scaling = dict(
+        rope_type="longrope",
+        short_factor=params["short_factor"],
+        long_factor=params["short_factor"],  # HF's PhiMoE computes its frequencies without the length
+        original_max_position_embeddings=params["original_max_position_embeddings"],
+        attention_factor=float(short),
+    )
+    return dict(rotary_scaling=scaling)
 
 
 def _moe(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch.Tensor]:

@@ -29,6 +29,17 @@ def _class(name: str) -> str:
     return ROUTED_CONFIGS[name][0] + "ForCausalLM"
 
 
+#: HF's PhiMoE LongRoPE: the short factors at every length; loads when both cos/sin scales are equal (Phi-3.5-MoE)
+PHIMOE_LONGROPE = dict(
+    rope_type="longrope",
+    rope_theta=1e4,
+    short_factor=[1.0, 1.5, 2.0, 3.0],
+    long_factor=[2.0, 3.0, 5.0, 9.0],
+    original_max_position_embeddings=8,
+    short_mscale=1.2,
+    long_mscale=1.2,
+)
+
 REFUSED = [
     ("deepseek_v2_group_limited", dict(topk_method="noaux_tc"), "topk_method='noaux_tc'"),
     ("deepseek_v2_group_limited", dict(mlp_bias=True), "mlp_bias=True"),
@@ -58,21 +69,7 @@ REFUSED = [
         "'dynamic'",
     ),
     ("phimoe_sparsemixer", dict(num_experts_per_tok=3), "num_experts_per_tok=3"),
-    (
-        "phimoe_sparsemixer",
-        dict(
-            rope_parameters=dict(
-                rope_type="longrope",
-                rope_theta=1e4,
-                short_factor=[1.0] * 4,
-                long_factor=[2.0] * 4,
-                original_max_position_embeddings=16,
-                short_mscale=1.0,
-                long_mscale=1.2,
-            )
-        ),
-        "'longrope'",
-    ),
+    ("phimoe_sparsemixer", dict(rope_parameters=dict(PHIMOE_LONGROPE, long_mscale=1.3)), r"long_mscale'\]=1.3"),
     (
         "granitemoe_multipliers",
         dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)),
@@ -124,3 +121,17 @@ def test_granitemoe_folds_its_multipliers_into_every_writer():
     down = hf.model.layers[0].block_sparse_moe.experts.down_proj[1]  # expert 1's [d_model, d_mlp]
     assert (model.blocks[0].mlp.experts[1].W_out.weight == down * 0.5).all()
     assert (hf.model.embed_tokens.weight * 3.0 == model.W_E).all()
+
+
+def test_phimoe_longrope_with_one_scale_matches_hf_past_the_original_length():
+    """HF's PhiMoE rotates with the short factors at every length and scales cos/sin by the (equal) mscales."""
+    import torch
+
+    from tests.helpers import max_abs
+    from tests.tiny_models import hooked_from, tokens
+
+    hf = tiny_routed("phimoe_sparsemixer", seed=2, rope_parameters=PHIMOE_LONGROPE)
+    model, t = hooked_from(hf), tokens()  # 12 positions > original_max_position_embeddings 8
+    assert model.cfg.rotary_scaling["attention_factor"] == 1.2
+    with torch.no_grad():
+        assert max_abs(model(t), hf(t).logits) <= 1e-5
