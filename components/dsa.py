@@ -30,6 +30,7 @@ from hooked.components.mla import LATENT_NORM_EPS, MultiHeadLatentAttention, up_
 from hooked.components.norms import LayerNorm
 from hooked.components.rotary import apply_rotary_interleaved
 from hooked.core.config import INDEXER_KEYS, HookedTransformerConfig
+from hooked.core.errors import InputError
 from hooked.core.hook_points import HookPoint
 from hooked.core.validation import require_set
 
@@ -125,8 +126,9 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         else:
             selected = state._memo.get(_SELECTION)
             if selected is None:
-                raise ValueError(
-                    f"layer {self.layer} reuses the previous layer's key selection, but none ran before it"
+                raise InputError(
+                    f"layer {self.layer} reuses the key selection of the layer before it (cfg.index_shared_layers), "
+                    "which did not run in this forward: start at a layer with an indexer of its own"
                 )
         selected = self.hook_selected_keys(selected)  # [batch, pos, k]
         state._memo[_SELECTION] = selected  # for the next layer, if it shares this one's selection

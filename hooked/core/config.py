@@ -391,6 +391,8 @@ class HookedTransformerConfig:
                 "multi-head latent attention (kv_lora_rank) needs rotary positions on the last rotary_dim dims of "
                 f"each head, with rotary_dim below d_head (got rotary_dim={self.rotary_dim}, d_head={self.d_head})"
             )
+        if 0 in (self.index_shared_layers or ()):
+            raise ConfigError("index_shared_layers cannot hold layer 0: a shared layer reuses the layer before's keys")
         index = (self.index_n_heads, self.index_d_head, self.index_topk)
         if any(x is not None for x in index) and (None in index or self.q_lora_rank is None or not self.uses_mla):
             raise ConfigError(
