@@ -85,6 +85,19 @@ def test_kv_cached_decoding_equals_full_forward(name):
             start += n
 
 
+def test_left_padded_batch_equals_each_prompt_alone(pair):
+    """Padding never reaches a real token: not through the latent, the routers, or DSA's choice of keys."""
+    _, _, model = pair
+    seqs = [tokens(1, n, seed=n)[0] for n in (5, 12, 9)]
+    toks, mask = torch.zeros(3, 12, dtype=torch.long), torch.zeros(3, 12, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        toks[i, 12 - len(s) :], mask[i, 12 - len(s) :] = s, 1
+    with torch.no_grad():
+        batched = model(toks, attention_mask=mask)
+        for i, s in enumerate(seqs):
+            assert max_abs(batched[i, -len(s) :], model(s[None])[0]) <= ATOL, f"row {i}"
+
+
 def test_loads_by_path_and_inspects(pair, tmp_path, capsys):
     """`save_pretrained` writes the checkpoint's layout (one Linear per expert, renamed routers); it loads,
     and `hooked inspect --model PATH` runs on it."""
