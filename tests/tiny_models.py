@@ -11,7 +11,8 @@ float32 rounding alone, with the same math done in a different order, exceeds 1e
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
 decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
-latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
+latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families
+(NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
 parity test compares: add a new entry rather than edit one.

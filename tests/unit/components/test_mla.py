@@ -155,8 +155,8 @@ def test_generate_return_cache_equals_a_forward_over_the_fed_tokens(model):
     with torch.no_grad():
         _, full = model.run_with_cache(out.sequences[:, :-1])
     assert set(out.cache.keys()) == set(full.keys())
-    for name in full.keys():  # (masked scores are -inf in both)
-        torch.testing.assert_close(out.cache[name], full[name], rtol=0, atol=ATOL, msg=name)
+    for name, value in full.items():  # (masked scores are -inf in both)
+        torch.testing.assert_close(out.cache[name], value, rtol=0, atol=ATOL, msg=name)
 
 
 def test_dsa_indexer_scores_are_stitched_like_attention_scores():
