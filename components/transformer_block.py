@@ -7,9 +7,11 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 
 from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
+from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
-from hooked.components.moe import make_moe
+from hooked.components.moe_routing import make_moe
 from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
@@ -27,8 +29,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         self.ln1 = make_norm(cfg)
-        attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
-        self.attn = attn_cls(cfg, layer)
+        self.attn = attention_class(cfg)(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
         post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
         if cfg.use_normalization_before_and_after:
@@ -41,8 +42,10 @@ class TransformerBlock(nn.Module):
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         if not cfg.attn_only:
             self.ln2 = make_norm(cfg)
-            if cfg.uses_moe:
+            if cfg.is_moe_layer(layer):
                 self.mlp = make_moe(cfg)
+            elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (DeepSeek's first layers)
+                self.mlp = GatedMLP(cfg, cfg.dense_d_mlp)
             else:
                 self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
             if cfg.use_normalization_before_and_after:
@@ -116,6 +119,15 @@ class TransformerBlock(nn.Module):
 
     def _norm_mlp_out(self, out: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
         return self.ln2_post(out) if self.cfg.use_normalization_before_and_after else out
+
+
+def attention_class(cfg: HookedTransformerConfig) -> type[Attention]:
+    """The attention of a block: latent (MLA), sparse latent (DSA), grouped-query or multi-head."""
+    if cfg.uses_sparse_attention:
+        return SparseLatentAttention
+    if cfg.uses_mla:
+        return MultiHeadLatentAttention
+    return GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
 
 
 def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torch.Tensor, "batch pos head d_model"]:

@@ -11,8 +11,9 @@ float32 rounding alone, with the same math done in a different order, exceeds 1e
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
 decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
-the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
-image-text models (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL: `tiny_vlm`);
+latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families
+(NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT); image-text models
+(LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL: `tiny_vlm`);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
 parity test compares: add a new entry rather than edit one.
@@ -286,6 +287,132 @@ MOE_CONFIGS = {
 def tiny_moe(prefix: str, seed: int = 0, **overrides):
     """`tiny_hf` for a mixture-of-experts class (the router is redrawn sharp, as q/k)."""
     return tiny_hf(prefix, seed, **overrides)
+
+
+# -- latent attention and routed experts (issue 37) -------------------------------------
+# d_model 32, 4 heads; MLA with a query latent of 24, a KV latent of 16, heads of 8 + 4 rotary dims
+# and values of 6 (every width differs, so a swapped factor shows); expert widths are multiples of
+# 8 (HF's half-precision grouped_mm needs 16-byte strides). Routers, q/k up-projections and DeepSeek's
+# score-correction bias (a buffer, which the generic redraw skips) are redrawn too.
+
+GRANITE_MULTIPLIERS = dict(
+    embedding_multiplier=3.0,
+    attention_multiplier=0.3,
+    residual_multiplier=0.5,
+    logits_scaling=4.0,
+    num_key_value_heads=2,
+)
+MLA = dict(
+    q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, num_key_value_heads=4,
+    moe_intermediate_size=24, n_shared_experts=1, first_k_dense_replace=1,
+)  # fmt: skip
+YARN_MSCALE = dict(
+    rope_type="yarn", factor=4.0, original_max_position_embeddings=16, mscale=0.8, mscale_all_dim=0.9, rope_theta=1e4
+)
+
+#: name -> (HF class prefix, config overrides)
+ROUTED_CONFIGS = {
+    # V2: softmax router, group-limited (2 groups of 2, one kept), routed scaling, a dense first layer
+    "deepseek_v2_group_limited": (
+        "DeepseekV2",
+        dict(
+            MLA,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="group_limited_greedy",
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+        ),
+    ),
+    # V2-Lite: no query latent, greedy top-k, YaRN with its attention-scale factor
+    "deepseek_v2_lite_yarn": (
+        "DeepseekV2",
+        dict(
+            MLA,
+            q_lora_rank=None,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="greedy",
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
+    # V3: sigmoid router with correction bias, 4 groups of 2 (2 kept), interleaved rotary, YaRN, a dense first layer
+    "deepseek_v3_group_limited": (
+        "DeepseekV3",
+        dict(
+            MLA,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
+    # DSA: 4 of up to 12 keys per query; layer 1 shares layer 0's selection; a dense first layer; 8 indexer
+    # heads, so a key's score is rarely an exact tie at 0 (the ReLU of every head's product)
+    "glm_moe_dsa_topk4": (
+        "GlmMoeDsa",
+        dict(
+            MLA,
+            num_hidden_layers=3,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            index_topk=4,
+            index_head_dim=8,
+            index_n_heads=8,
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            indexer_types=["full", "shared", "full"],
+        ),
+    ),
+    # GLM-4-MoE: rotary on half of each head, per-head qk-norm, q/k/v biases, 2 groups (1 kept)
+    "glm4_moe_qk_norm_groups": (
+        "Glm4Moe",
+        dict(
+            num_key_value_heads=2,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            first_k_dense_replace=1,
+            use_qk_norm=True,
+            n_group=2,
+            topk_group=1,
+            attention_bias=True,
+            routed_scaling_factor=1.5,
+        ),
+    ),
+    # PhiMoE: LayerNorms, sparsemixer, a sliding window shorter than the sequence, an lm_head bias
+    "phimoe_sparsemixer": (
+        "Phimoe",
+        dict(
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            attention_bias=True,
+            lm_head_bias=True,
+        ),
+    ),
+    # GraniteMoE: Granite's multipliers (powers of two where they scale a sum, so folding them is exact)
+    "granitemoe_multipliers": ("GraniteMoe", dict(GRANITE_MULTIPLIERS, num_local_experts=4, num_experts_per_tok=2)),
+}
+
+
+def tiny_routed(name: str, seed: int = 0, **changes):
+    """The random HF model of `ROUTED_CONFIGS[name]` (`changes` applied), every parameter and router bias redrawn."""
+    prefix, overrides = ROUTED_CONFIGS[name]
+    hf = tiny_hf(prefix, seed, **{**overrides, **changes})
+    sharp = ("q_b_proj.weight", "kv_b_proj.weight", "router.weight", "wq_b.weight", "wk.weight")
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if pname.endswith(sharp):
+                p.copy_(0.25 * torch.randn(p.shape, generator=generator))
+        for bname, b in hf.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=generator))
+    return hf
 
 
 # -- classic families (issue 13) ----------------------------------------------------------
@@ -722,6 +849,13 @@ def _moe(name: str) -> Callable:
     return build
 
 
+def _routed(name: str) -> Callable:
+    def build(seed: int = 0):
+        return tiny_routed(name, seed=seed)
+
+    return build
+
+
 PHI3 = dict(
     num_attention_heads=2,
     num_key_value_heads=1,
@@ -788,4 +922,10 @@ EVERY_FAMILY: dict[str, Callable[..., torch.nn.Module]] = {
     "qwen2_moe": _moe("qwen2_moe_shared_expert"),
     "qwen3_moe": _moe("qwen3_moe_norm_topk"),
     "gpt_oss": _moe("gpt_oss_sinks_clamped_swiglu"),
+    "deepseek_v2": _routed("deepseek_v2_group_limited"),
+    "deepseek_v3": _routed("deepseek_v3_group_limited"),
+    "glm_moe_dsa": _routed("glm_moe_dsa_topk4"),
+    "glm4_moe": _routed("glm4_moe_qk_norm_groups"),
+    "phimoe": _routed("phimoe_sparsemixer"),
+    "granitemoe": _routed("granitemoe_multipliers"),
 }

@@ -310,10 +310,10 @@ def check_kv_cache(cache: Any, cfg: Any, batch: int) -> None:
             f"past_kv_cache was built for batch size {cached_batch}, but this input has batch size {batch}: "
             "use one cache per batch (init_cache(model.cfg, batch_size=...))"
         )
-    heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+    heads, d_key, _ = cfg.kv_cache_entry_shape
     shape = tuple(cache.entries[0].past_keys.shape[2:])
-    if shape != (heads, cfg.d_head):
+    if shape != (heads, d_key):
         raise KVCacheMismatchError(
             f"past_kv_cache stores keys with [kv_head, d_head] = {list(shape)}, but this model needs "
-            f"{[heads, cfg.d_head]}: the cache was built for another model or GQA setting"
+            f"{[heads, d_key]}: the cache was built for another model or GQA setting"
         )
