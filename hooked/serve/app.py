@@ -32,10 +32,12 @@ from typing import Any
 
 import torch
 
+from hooked.core.errors import HookedError, JobCancelled  # noqa: F401 - importable from here before
 from hooked.serve import costs, endpoints, memory, ops, wire
 from hooked.serve.auth import Auth, parse_tokens
 from hooked.serve.connections import ConnectionLimits
-from hooked.serve.scheduler import Scheduler, SchedulerOptions
+from hooked.serve.endpoints import POLL_S  # noqa: F401 - importable from here before
+from hooked.serve.scheduler import Job, Scheduler, SchedulerOptions  # noqa: F401 - (Job: as above)
 
 logger = logging.getLogger("hooked.serve")
 #: Shares of the memory left after loading the model (`memory.headroom_bytes()`) that the default budgets take.

@@ -28,9 +28,9 @@ from hooked.core.errors import WireError
 #: Memory of one request besides its tensors: the decoded body's objects, HTTP buffers, Python frames.
 BASE_BYTES = 32 * 2**20
 #: An inference forward keeps about one block's activations alive (x2 for what no hook point names:
-#: the inputs of a softmax, a mask, a matmul's output before its reshape) and its logits (x2: a metric's
-#: float copy).
-FORWARD_LAYERS, FORWARD_LOGITS = 2.0, 2.0
+#: the inputs of a softmax, a mask, a matmul's output before its reshape) and its logits (x1.5: a
+#: metric's or a sampler's float copy of some of them).
+FORWARD_LAYERS, FORWARD_LOGITS = 2.0, 1.5
 #: A forward with gradients keeps every activation for the backward pass (x1.5, as above), and its
 #: logits four times over (the logits, their gradient, a softmax and its gradient).
 GRAD_ACTIVATIONS, GRAD_LOGITS = 1.5, 4.0

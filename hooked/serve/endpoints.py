@@ -292,7 +292,7 @@ async def inspect_page(request: Request, user: str, rid) -> Response:
         page = result_of(job)
     finally:
         state.scheduler.settle(job)
-    return HTMLResponse(page)
+    return HTMLResponse(page, headers={"x-job-id": job.id})
 
 
 async def model_endpoint(request: Request, user, rid) -> Response:
