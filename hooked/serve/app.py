@@ -184,6 +184,7 @@ async def _lifespan(app):
     drained = await asyncio.to_thread(state.scheduler.drain, state.options.drain_timeout_s)
     if not drained and not state.scheduler.stopped:  # served without hooked.serve.server: stop what is left now
         state.scheduler.stop_unfinished()
+        await asyncio.to_thread(state.scheduler.drain, state.options.drain_timeout_s)
     logger.info("shutdown", extra={"drained": not state.scheduler.stopped, "job_ids": state.scheduler.stopped})
     state.scheduler.close()
 

@@ -150,7 +150,7 @@ class Scheduler:
         self.usage: dict[str, deque[tuple[float, int, int]]] = defaultdict(deque)  # (time, tokens, bytes)
         self.running: list[Job] = []
         self.accepting = True
-        self.stopped: list[str] = []  # ids of the jobs a shutdown stopped
+        self.stopped: list[str] = []  # ids of the jobs a shutdown stopped before they finished
         self._shutdown = threading.Event()
         self._ids = itertools.count(1)
         self._lock = threading.Condition()
@@ -391,6 +391,8 @@ class Scheduler:
 
     def _fail(self, job: Job, error: BaseException) -> None:
         self.counts[job.user]["failed"] += 1
+        if isinstance(error, ShuttingDown):
+            self.stopped.append(job.id)
         job.finish(error=error)
 
     # -- status and shutdown -----------------------------------------------------------------
@@ -412,22 +414,21 @@ class Scheduler:
     def stop_unfinished(self) -> list[str]:
         """The grace period is over: queued jobs fail with 503 and running ones stop in their next forward.
 
-        Returns (and logs) the ids of the jobs stopped.
+        Each stopped job is logged by id ("stopped at shutdown": the queued ones here, the running ones
+        when they stop) and listed in `stopped`. Returns the ids of the queued ones.
         """
         with self._lock:
             self.accepting = False
             self._shutdown.set()
-            stopped = [j.id for j in self.running if not j.done.is_set()]
+            failed = []
             for q in self.queues.values():
                 for job in q:
                     self._fail(job, ShuttingDown())
-                    stopped.append(job.id)
+                    self._log([job], 0.0)
+                    failed.append(job.id)
                 q.clear()
-            self.stopped += stopped
             self._lock.notify_all()
-        for job_id in stopped:
-            logger.info("stopped at shutdown", extra={"job_ids": [job_id]})
-        return stopped
+        return failed
 
     def drain(self, timeout_s: float) -> bool:
         """Stop admitting, wait (at most `timeout_s`) for queued and running jobs; True if all finished."""

@@ -129,6 +129,49 @@ def test_generate_streams_each_step(pair):
     assert torch.equal(torch.cat(chunks, 1), local.generate(local.to_tokens(PROMPTS[1]), **kw)[:, -5:])
 
 
+def _drain(stream):
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(stream))
+        except StopIteration as done:
+            return chunks, done.value
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("kind", ["str", "list", "tokens"])
+def test_generate_stream_is_the_local_stream(pair, kind):
+    """The same call, with docs/generation.md's keywords, yields the same chunks (text for text) and returns
+    the same result on the local model and the client."""
+    local, client = pair
+    prompt = {"str": PROMPTS[0], "list": PROMPTS, "tokens": local.to_tokens(PROMPTS[1])}[kind]
+    kw = dict(max_new_tokens=5, temperature=0, max_tokens_per_yield=2, verbose=False, stop_at_eos=False)
+    (got, got_result), (expected, expected_result) = (_drain(m.generate_stream(prompt, **kw)) for m in (client, local))
+    assert len(got) == len(expected) == 3
+    assert all(_equal(a, b) for a, b in zip(got, expected, strict=True)), (got, expected)
+    assert _equal(got_result, expected_result)
+
+
+def test_generation_options_object_and_refusals(pair):
+    from hooked.core.errors import InputError
+    from hooked.generation.options import GenerationOptions
+
+    local, client = pair
+    greedy = GenerationOptions(max_new_tokens=4, do_sample=False, verbose=False, stop_at_eos=False)
+    assert client.generate(PROMPTS[0], options=greedy) == local.generate(PROMPTS[0], options=greedy)
+    with pytest.raises(InputError, match="seed= instead"):
+        client.generate(PROMPTS[0], generator=torch.Generator())
+    with pytest.raises(InputError, match="disagree"):  # the local rule: each setting once
+        client.generate(PROMPTS[0], max_new_tokens=7, options=greedy)
+    with pytest.raises(TypeError, match="unexpected keyword"):  # the local signature, not **kwargs
+        client.generate(PROMPTS[0], max_tokens=3)
+
+
 @pytest.mark.parametrize(
     "fn",
     [

@@ -22,4 +22,4 @@ def server(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_the_estimate_bounds_the_peak(server, case):
     measured = measure(server, case, scale=4)
-    assert 0 < measured.estimate_mib and measured.peak_mib <= measured.estimate_mib, measured
+    assert measured.estimate_mib > 0 and measured.peak_mib <= measured.estimate_mib, measured

@@ -1,5 +1,6 @@
 """The scheduler alone (no model, no HTTP): round-robin fairness, limits, quotas, cancellation,
-timeouts, batching, draining, delivery, memory budgets, shutdown and outcome logs. Jobs are plain functions; every wait is bounded."""
+timeouts, batching, draining, delivery, memory budgets, shutdown and outcome logs. Jobs are plain
+functions; every wait is bounded."""
 
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ def test_shutdown_stops_what_is_unfinished_and_says_so(caplog):
     with caplog.at_level(logging.INFO, logger="hooked.serve"):
         stopped = s.stop_unfinished()
         assert running.done.wait(WAIT) and queued.done.wait(WAIT)
-    assert set(stopped) == {running.id, queued.id}
+    assert stopped == [queued.id] and s.stopped == [queued.id, running.id]
     assert isinstance(running.error, ShuttingDown) and isinstance(queued.error, ShuttingDown)
     assert running.error.status == 503 and "shutting down" in str(queued.error)
     assert not s.drain(WAIT)  # something was cut
