@@ -18,9 +18,10 @@ from hooked.analysis import interventions
 from hooked.analysis.activation_cache import ActivationCache
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, RemoteError, WireError
-from hooked.core.utils import USE_DEFAULT_VALUE
+from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 from hooked.generation import loop
 from hooked.generation.options import OPTION_NAMES, GenerationOptions, resolve_options
+from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.models.tokenizer_mixin import TokenizerMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
 from hooked.serve import schema, wire
@@ -216,25 +217,33 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         return names
 
     # -- forward passes -------------------------------------------------------------------------
-    def forward(
-        self,
-        input,
-        return_type: str | None = "logits",
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        attention_mask=None,
-        *,
-        fwd_hooks=(),
-    ):
-        """Logits `[batch, pos, d_vocab]` of the server's forward pass (with any active interventions)."""
-        if return_type not in ("logits", None):
-            raise InputError(f"a remote forward returns logits (return_type='logits'), got {return_type!r}")
-        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+    def forward(self, *args, fwd_hooks=(), **kwargs):
+        """`HookedTransformer.forward` on the server (its signature and results: logits, a loss computed
+        here from them, `Output(logits, loss)` or None), with any active interventions."""
+        call = self._forward_call(args, kwargs)
+        tensors = self._inputs(call["input"], call["prepend_bos"], call["padding_side"], call["attention_mask"])
         hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        _, out = self._post(_body(schema.FORWARD, hooks=hooks), {**tensors, **hook_tensors})
-        return out["logits"] if return_type == "logits" else None
+        body = _body(schema.FORWARD, hooks=hooks, return_logits=call["return_type"] is not None)
+        _, out = self._post(body, {**tensors, **hook_tensors})
+        return _forward_output(out.get("logits"), tensors, call)
 
     __call__ = forward
+
+    def _forward_call(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """`forward`'s arguments bound to the local signature; those a server cannot take must keep their defaults."""
+        bound = _FORWARD_SIGNATURE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        call = {k: v for k, v in bound.arguments.items() if k != "self"}
+        parameters = _FORWARD_SIGNATURE.parameters
+        local_only = [k for k, v in call.items() if k not in _REMOTE_FORWARD and v is not parameters[k].default]
+        if local_only:
+            raise InputError(
+                f"a remote forward cannot take {', '.join(local_only)}: residuals, embeddings and KV caches stay on "
+                "the server (run_with_cache returns any activation; patching sweeps run server-side)"
+            )
+        if call["return_type"] not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {call['return_type']!r}")
+        return call
 
     def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
         if bwd_hooks:
@@ -243,29 +252,37 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
     def run_with_cache(
         self,
-        input,
-        names_filter=None,
+        *model_args,
+        return_cache_object: bool = True,
         remove_batch_dim: bool = False,
-        return_cache_object=True,
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        attention_mask=None,
-        fwd_hooks=(),
+        names_filter=None,
         device=None,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        fwd_hooks=(),
+        **model_kwargs,
     ):
-        """`(logits, ActivationCache)` of the named hook points, computed on the server."""
+        """`HookedTransformer.run_with_cache` on the server: `(output, ActivationCache)` of the named hook points."""
+        if incl_bwd or pos_slice is not None:
+            raise InputError("a remote run_with_cache takes neither incl_bwd nor pos_slice: slice the cache it returns")
+        self.to(device)
+        call = self._forward_call(model_args, model_kwargs)
         names = self._names_from_filter(names_filter)
-        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+        tensors = self._inputs(call["input"], call["prepend_bos"], call["padding_side"], call["attention_mask"])
         hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        _, out = self._post(_body(schema.FORWARD, hooks=hooks, cache=names), {**tensors, **hook_tensors})
+        body = _body(schema.FORWARD, hooks=hooks, cache=names, return_logits=call["return_type"] is not None)
+        _, out = self._post(body, {**tensors, **hook_tensors})
+        output = _forward_output(out.get("logits"), tensors, call)
         cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
         if remove_batch_dim:
             cache_dict = {k: v[0] for k, v in cache_dict.items()}
         if not return_cache_object:
-            return out["logits"], cache_dict
+            return output, cache_dict
         cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         cache.tokens, cache.attention_mask = tensors["tokens"], tensors.get("attention_mask")
-        return out["logits"], cache
+        return output, cache
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, *args, on_token: Callable[[dict], None] | None = None, **kwargs):
@@ -483,8 +500,6 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         """The shadow module `part` with the server's weights (fetched once)."""
         if part not in self._parts:
             if self._shadow is None:
-                from hooked.models.hooked_transformer import HookedTransformer
-
                 with torch.device("meta"):
                     self._shadow = HookedTransformer(self.cfg.replace(device="meta"))
             module = self._shadow.get_submodule(part)
@@ -525,8 +540,20 @@ class _GenerationRequest:
     finish: Callable[[dict], Any]
 
 
+#: `forward`'s arguments a remote call takes; the others (layers, embeddings, KV caches) must keep their defaults.
+_REMOTE_FORWARD = ("input", "return_type", "loss_per_token", "prepend_bos", "padding_side", "attention_mask")
+_FORWARD_SIGNATURE = inspect.signature(HookedTransformer.forward)
 _GENERATE_SIGNATURE = inspect.signature(loop.generate)
 _STREAM_SIGNATURE = inspect.signature(loop.generate_stream)
+
+
+def _forward_output(logits, tensors: dict[str, torch.Tensor], call: dict):
+    """What a local `forward` returns for `call["return_type"]`; the loss is computed here from the logits."""
+    return_type = call["return_type"]
+    if return_type in (None, "logits"):
+        return logits if return_type else None
+    loss = lm_cross_entropy_loss(logits, tensors["tokens"], tensors.get("attention_mask"), call["loss_per_token"])
+    return loss if return_type == "loss" else Output(logits, loss)
 
 
 def _check_remote_options(options: GenerationOptions) -> None:

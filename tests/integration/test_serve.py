@@ -47,6 +47,25 @@ def test_forward_is_bitwise_equal(pair):
     assert torch.equal(client(PROMPTS[0]), local(PROMPTS[0]))
 
 
+def test_forward_takes_the_local_signature_and_returns_the_local_types(pair):
+    from hooked.core.errors import InputError
+
+    local, client = pair
+    tokens = local.to_tokens(PROMPTS)
+    for args, kwargs in [((tokens, "loss"), {}), ((tokens,), {"return_type": "both", "loss_per_token": True})]:
+        got, expected = client(*args, **kwargs), local(*args, **kwargs)
+        assert type(got) is type(expected)
+        for a, b in zip(
+            got if isinstance(got, tuple) else [got], expected if isinstance(expected, tuple) else [expected]
+        ):
+            assert torch.equal(a, b)
+    assert client(PROMPTS[0], return_type=None) is None
+    _, cache = client.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")
+    assert torch.equal(_, local.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")[0])
+    with pytest.raises(InputError, match="cannot take start_at_layer"):
+        client(tokens, start_at_layer=1)
+
+
 def _course_hooks(model):
     """A course script's interventions: every kind, on several hook points."""
     d = model.cfg.d_model
