@@ -149,6 +149,7 @@ def create_app(model, tokens: dict[str, str] | None = None, options: ServeOption
     from starlette.applications import Starlette
     from starlette.routing import Route
 
+    memory.map_large_blocks()  # freed tensors leave the process: its memory stays what is alive
     options = resolve_budgets(options or ServeOptions())
     model.eval()
     scheduler = _scheduler(model, options, relay)

@@ -247,6 +247,7 @@ class Scheduler:
         self._prune()
 
     def _queue(self, job: Job) -> None:
+        job.deadline = time.monotonic() + job.timeout_s  # the body's upload has its own timeout
         job.state = "queued"
         self.usage[job.user].append((time.monotonic(), job.tokens, 0))
         self.queues.setdefault(job.user, deque()).append(job)
