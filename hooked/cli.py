@@ -120,7 +120,9 @@ def _add_serve(sub) -> None:
         action="store_true",
         help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request",
     )
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors (default: off)"
+    )
 
 
 def _add_serve_limits(p) -> None:

@@ -55,10 +55,8 @@ def test_forward_takes_the_local_signature_and_returns_the_local_types(pair):
     for args, kwargs in [((tokens, "loss"), {}), ((tokens,), {"return_type": "both", "loss_per_token": True})]:
         got, expected = client(*args, **kwargs), local(*args, **kwargs)
         assert type(got) is type(expected)
-        for a, b in zip(
-            got if isinstance(got, tuple) else [got], expected if isinstance(expected, tuple) else [expected]
-        ):
-            assert torch.equal(a, b)
+        as_list = lambda x: list(x) if isinstance(x, tuple) else [x]  # noqa: E731
+        assert all(torch.equal(a, b) for a, b in zip(as_list(got), as_list(expected), strict=True))
     assert client(PROMPTS[0], return_type=None) is None
     _, cache = client.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")
     assert torch.equal(_, local.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")[0])

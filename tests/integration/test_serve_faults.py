@@ -175,6 +175,10 @@ def test_sigterm_drains_in_flight_requests(checkpoint, tmp_path):
     assert any(e.get("msg") == "request" and e.get("user") == "alice" and e.get("request_id") for e in entries)
     assert any(e.get("msg") == "shutdown" and e.get("drained") is True for e in entries)
     assert TOKENS["alice"] not in (tmp_path / "server.log").read_text()  # no secrets in the logs
+    text = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in text and all(  # JSON lines only, besides the two lines printed at start
+        x.startswith("{") or x.startswith(("Serving ", "Loaded ")) for x in text.splitlines() if x.strip()
+    ), text[-2000:]
 
 
 def test_compatible_requests_of_different_users_are_batched(checkpoint):
