@@ -46,7 +46,7 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     ├── WireError (ValueError)                            a request `hooked serve` refuses (has an HTTP status)
     │   ├── JobCancelled                                  the client went away or cancelled
     │   ├── JobTimeout                                    the job ran past the request timeout
-│   └── ShuttingDown                                  the server stopped the job to shut down
+    │   └── ShuttingDown                                  the server stopped the job to shut down
     └── RemoteError (RuntimeError)                        a `hooked serve` server refused or failed a request
 
 `HarvestInterrupted` (hooked.harvest.writer) is deliberately not here: it is a
