@@ -55,6 +55,11 @@ def relu2(x: torch.Tensor) -> torch.Tensor:
     return torch.square(F.relu(x))
 
 
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """OpenAI CLIP's sigmoid approximation of GELU, `x * sigmoid(1.702 x)` (HF's `QuickGELUActivation`)."""
+    return x * torch.sigmoid(1.702 * x)
+
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "relu2": relu2,
@@ -66,6 +71,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "solu": solu,
     "solu_ln": solu,
+    "quick_gelu": quick_gelu,
 }
 
 

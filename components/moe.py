@@ -6,7 +6,12 @@
               GPT-OSS's softmax over the top-k logits is this renormalization); cast to the
               model dtype before weighing the experts' outputs, except with `moe_mix_in_fp32`
               (Mixtral: the product is float32, cast after, as HF)
-    out     = sum_k weights_k * expert_{indices_k}(x)  (+ sigmoid(x w_s) * shared_expert(x), Qwen2-MoE)
+    out     = sum_k weights_k * expert_{indices_k}(x)
+              + sigmoid(x w_s) * shared_expert(x)  (Qwen2-MoE, Qwen3-Next; without `shared_expert_gate`
+                                                    the shared expert is added as is: DeepSeek, GLM, Granite-hybrid)
+
+Routers other than this softmax (sigmoid scores with a selection bias, groups, GraniteMoE's and
+PhiMoE's) are subclasses in `components/moe_routing.py`; every one keeps these experts and hooks.
 
 Experts are dispatched by grouping: the (token, slot) pairs are sorted by expert, each
 expert runs once on the contiguous block of tokens routed to it (one matmul per weight,
@@ -156,53 +161,28 @@ class MoE(nn.Module):
 
 
 class SharedExpertMoE(MoE):
-    """Qwen2-MoE: routed experts plus one always-on expert scaled by `sigmoid(x shared_expert_gate^T)`."""
+    """Routed experts plus an always-on shared expert: Qwen2-MoE's scaled by `sigmoid(x shared_expert_gate^T)`,
+    DeepSeek's and GLM's added as is (`cfg.shared_expert_gate` False). Without `cfg.shared_expert_d_mlp`
+    (a subclass's routing, no shared expert) it is `MoE`."""
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__(cfg)
-        self.shared_expert = Expert(cfg, require_set(cfg.shared_expert_d_mlp, "shared_expert_d_mlp"), pos_axis=1)
-        self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
-        self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
+        if not cfg.shared_expert_d_mlp:
+            return
+        self.shared_expert = Expert(cfg, cfg.shared_expert_d_mlp, pos_axis=1)
+        if cfg.shared_expert_gate:
+            self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
+            self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        if not self.cfg.shared_expert_d_mlp:
+            return super().forward(x)
         shared = self.shared_expert(x)  # [batch, pos, d_model]
         routed = super().forward(x)
+        if not self.cfg.shared_expert_gate:
+            return routed + shared
         gate = self.hook_shared_expert_gate(torch.sigmoid(F.linear(x, self.shared_expert_gate.weight)))
         return routed + gate * shared
-
-
-class SigmoidRoutedMoE(MoE):
-    """LFM2-MoE: each expert scored by a sigmoid of its logit; the top k (chosen on the scores plus
-    `expert_bias`, if any) weigh their outputs by their scores, renormalized (`norm_topk_prob`, HF's
-    `+ 1e-6`) and times `routed_scaling_factor`. `hook_expert_weights` holds the sigmoid scores."""
-
-    expert_bias: torch.Tensor
-
-    def __init__(self, cfg: HookedTransformerConfig):
-        super().__init__(cfg)
-        if cfg.router_expert_bias:  # HF keeps it float32 and uses it only to choose
-            self.register_buffer("expert_bias", torch.zeros(self.num_experts, dtype=torch.float32))
-
-    def route(self, x):
-        logits = self.hook_router_logits(F.linear(x, self.W_gate.weight))  # [batch, pos, E]
-        scores = self.hook_expert_weights(torch.sigmoid(logits.float()))  # [batch, pos, num_experts]
-        choice = scores + self.expert_bias if self.cfg.router_expert_bias else scores
-        indices = self.hook_expert_indices(choice.topk(self.top_k, dim=-1).indices)  # [batch, pos, k]
-        weights = scores.gather(-1, indices).to(logits.dtype)  # [batch, pos, k]
-        if self.cfg.norm_topk_prob:
-            weights = weights / (weights.sum(-1, keepdim=True) + 1e-6)
-        return indices, weights * self.cfg.routed_scaling_factor
-
-
-class UngatedSharedExpertMoE(MoE):
-    """Granite-hybrid: routed experts plus one always-on expert added as is (`shared_expert_gated=False`)."""
-
-    def __init__(self, cfg: HookedTransformerConfig):
-        super().__init__(cfg)
-        self.shared_expert = Expert(cfg, require_set(cfg.shared_expert_d_mlp, "shared_expert_d_mlp"), pos_axis=1)
-
-    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
-        return super().forward(x) + self.shared_expert(x)
 
 
 class GptOssMoE(MoE):
@@ -232,8 +212,7 @@ class GptOssMoE(MoE):
 
 
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
-    if cfg.router_scoring == "sigmoid":
-        return SigmoidRoutedMoE(cfg)
+    """The softmax-routed mixture of experts of `cfg` (`components.moe_routing.make_moe` covers every router)."""
     if cfg.shared_expert_d_mlp:
-        return SharedExpertMoE(cfg) if cfg.shared_expert_gated else UngatedSharedExpertMoE(cfg)
+        return SharedExpertMoE(cfg)
     return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

@@ -6,10 +6,13 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.components.attention import Attention, GroupedQueryAttention, attention_class  # noqa: F401
+from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
+from hooked.components.gated_attention import gated_attention_class
+from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
-from hooked.components.moe import make_moe
+from hooked.components.moe_routing import make_moe
 from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
@@ -50,12 +53,10 @@ class TransformerBlock(nn.Module):
     def _init_mlp(self, cfg: HookedTransformerConfig, resid_mid: bool) -> None:
         """`ln2`, the MLP (dense, gated or mixture of experts) and its hooks; `hook_resid_mid` before it."""
         self.ln2 = make_norm(cfg)
-        if cfg.uses_moe and self.layer not in (cfg.dense_mlp_layers or ()):
+        if cfg.is_moe_layer(self.layer):
             self.mlp = make_moe(cfg)
-        elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (LFM2-MoE's first layers)
-            dense = cfg.replace(d_mlp=cfg.dense_d_mlp or cfg.d_mlp, num_experts=None, experts_per_token=None,
-                                shared_expert_d_mlp=None, dense_mlp_layers=None)  # fmt: skip
-            self.mlp = GatedMLP(dense) if cfg.gated_mlp else MLP(dense)
+        elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (DeepSeek's, LFM2-MoE's first layers)
+            self.mlp = GatedMLP(cfg, cfg.dense_d_mlp)
         else:
             self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
         if cfg.use_normalization_before_and_after:
@@ -128,6 +129,18 @@ class TransformerBlock(nn.Module):
 
     def _norm_mlp_out(self, out: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
         return self.ln2_post(out) if self.cfg.use_normalization_before_and_after else out
+
+
+def attention_class(cfg: HookedTransformerConfig) -> type[Attention]:
+    """The attention of a block: latent (MLA), sparse latent (DSA), output-gated (Qwen3-Next), grouped-query or
+    multi-head."""
+    if cfg.uses_sparse_attention:
+        return SparseLatentAttention
+    if cfg.uses_mla:
+        return MultiHeadLatentAttention
+    if cfg.attn_output_gate:
+        return gated_attention_class(cfg)
+    return GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
 
 
 def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torch.Tensor, "batch pos head d_model"]:

@@ -10,9 +10,9 @@
 
 As Granite (`loading/granite.py`), the four multipliers are folded into the weights: `W_E`, every
 sublayer's output weights (the Mamba-2 `W_out`, `W_O`, each expert's and the shared MLP's `W_out`)
-and `W_U`. The router takes the top-k logits and a softmax over them, which is the softmax over all
-experts renormalized over the top k (`norm_topk_prob`); the shared MLP is an always-on SwiGLU
-expert without a gate. Without experts (`num_local_experts=0`) the shared MLP is a dense gated MLP.
+and `W_U`. The router is GraniteMoE's (`router_scoring="topk_softmax"`: the top-k float32 logits and a
+softmax over them); the shared MLP is an always-on SwiGLU expert without a gate (`shared_expert_gate=False`).
+Without experts (`num_local_experts=0`) the shared MLP is a dense gated MLP.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def convert_granite_hybrid_config(hf: Any) -> dict:
     experts = hf.num_local_experts or 0
     moe = (
         dict(d_mlp=hf.intermediate_size, num_experts=experts, experts_per_token=hf.num_experts_per_tok,
-             norm_topk_prob=True, shared_expert_d_mlp=hf.shared_intermediate_size, shared_expert_gated=False)
+             router_scoring="topk_softmax", norm_topk_prob=True, shared_expert_d_mlp=hf.shared_intermediate_size,
+             shared_expert_gate=False)
         if experts
         else dict(d_mlp=hf.shared_intermediate_size)
     )  # fmt: skip

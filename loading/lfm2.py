@@ -10,8 +10,11 @@ attention every few layers.
 RMSNorm cast before its gain (as LLaMA). The MLP width is HF's: with `block_auto_adjust_ff_dim`,
 `2/3` of `intermediate_size`, times `block_ffn_dim_multiplier`, rounded up to `block_multiple_of`.
 LFM2-MoE keeps a dense SwiGLU (`intermediate_size`) in its first `num_dense_layers` layers
-(`dense_mlp_layers`); the others are mixtures of experts routed by a sigmoid per expert, chosen on the
-scores plus `expert_bias`, renormalized and scaled by `routed_scaling_factor` (`SigmoidRoutedMoE`).
+(`dense_mlp_layers`); the others are mixtures of experts routed by a sigmoid per expert in the model
+dtype, chosen on the scores plus `expert_bias` (loaded as the router's selection bias
+`mlp.e_score_correction_bias`, zeros without `use_expert_bias`), renormalized with HF's `+ 1e-6`
+(`router_norm_eps`) and scaled by `routed_scaling_factor`: DeepSeek-V3's router without groups
+(`components/moe_routing.py`, `GroupLimitedMoE`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import torch
 
+from hooked.core.validation import require_set
 from hooked.loading.common import hf_rope_parameters, strip_prefix, unembed_weights
 from hooked.loading.config_checks import require_rope_types, require_supported
 from hooked.loading.llama import attention_weights
@@ -142,7 +146,7 @@ def convert_lfm2_moe_config(hf: Any) -> dict:
         experts_per_token=hf.num_experts_per_tok,
         norm_topk_prob=hf.norm_topk_prob,
         router_scoring="sigmoid",
-        router_expert_bias=hf.use_expert_bias,
+        router_norm_eps=1e-6,  # HF's Lfm2MoeTopKRouter (DeepSeek's adds 1e-20)
         routed_scaling_factor=float(hf.routed_scaling_factor),
         dense_mlp_layers=dense or None,
         dense_d_mlp=hf.intermediate_size,
@@ -150,12 +154,16 @@ def convert_lfm2_moe_config(hf: Any) -> dict:
 
 
 def lfm2_moe_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, cfg, layer: int) -> dict[str, torch.Tensor]:
-    """A dense layer's SwiGLU, or the router (`gate`), fused experts and `expert_bias` -> `mlp.*`."""
-    if layer in (cfg.dense_mlp_layers or ()):
+    """A dense layer's SwiGLU, or the router (`gate`), fused experts and `expert_bias` -> `mlp.*`.
+
+    `expert_bias` becomes the sigmoid router's selection bias `mlp.e_score_correction_bias` (zeros when the
+    model has none, `use_expert_bias=False`: adding 0 to the scores changes no choice)."""
+    if not cfg.is_moe_layer(layer):
         return swiglu_weights(hf, p)
     out = {"mlp." + k: v for k, v in expert_weights(hf, p, cfg, MIXTRAL_EXPERT_NAMES).items()}  # w1, w3, w2
-    if cfg.router_expert_bias:
-        out["mlp.expert_bias"] = hf[p + "expert_bias"]  # [num_experts], float32
+    bias = hf.get(p + "expert_bias")  # [num_experts], float32
+    zeros = torch.zeros(require_set(cfg.num_experts, "num_experts"))
+    out["mlp.e_score_correction_bias"] = zeros if bias is None else bias
     return out
 
 

@@ -11,7 +11,8 @@ HF's `hybrid_override_pattern` (`M` Mamba-2, `*` attention, `-` MLP, `E` MoE) be
 a block with its MLP only, the others with their token mixer only). The RMSNorm multiplies its gain
 in float32 before the cast. The Mamba-2 step is clamped below at `time_step_min` (HF's mixer; its
 decode step does not clamp, which differs only where `softplus(dt + dt_bias)` falls below it).
-MoE layers (`E`: a group-limited sigmoid router over non-gated experts) are refused.
+MoE layers (`E`) are refused: their group-limited sigmoid router is DeepSeek-V3's (`GroupLimitedMoE`), but
+their experts are non-gated relu2 MLPs, which the mixture-of-experts component (gated experts) does not build.
 """
 
 from __future__ import annotations

@@ -7,11 +7,14 @@ import difflib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hooked.core.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
+
+if TYPE_CHECKING:
+    from hooked.core.vision_config import VisionLanguageConfig
 
 ACT_FNS = (
     "relu",
@@ -25,6 +28,7 @@ ACT_FNS = (
     "solu",
     "solu_ln",
     "xielu",
+    "quick_gelu",
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
@@ -32,6 +36,9 @@ LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm
 LAYER_TYPES = ("attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "mlp")
 #: the layer types that carry a state from one position to the next besides the residual stream
 RECURRENT_LAYER_TYPES = ("mamba", "mamba2", "gated_deltanet", "short_conv")
+#: the KV cache stream of DeepSeek sparse attention's indexer keys (`kv_cache_streams`)
+INDEXER_KEYS = "indexer_keys"
+ROUTER_SCORINGS = ("softmax", "sigmoid", "topk_softmax", "sparsemixer")
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 #: HF classes whose norms sit only after each sublayer: a config naming one is post-norm (`is_post_norm`)
 #: even without `post_sublayer_norm` (a TransformerLens config, which has no such field)
@@ -48,10 +55,11 @@ class HookedTransformerConfig:
     token mixer of each block: state-space and hybrid models), **hook switches**
     (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
     half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
-    **provenance** (where the weights came from) and **accepted for TransformerLens** (read but
-    not used). `__post_init__` fills the derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`,
-    `rotary_dim`, `attn_scale`, ...) and raises `ConfigError` on inconsistent combinations;
-    facts derived from several fields (`uses_rotary`, `has_post_sublayer_norms`, ...) are properties.
+    **image-text models** (the vision tower of an image-text model), **provenance** (where the weights
+    came from) and **accepted for TransformerLens** (read but not used). `__post_init__` fills the
+    derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`, `rotary_dim`, `attn_scale`, ...) and raises
+    `ConfigError` on inconsistent combinations; facts derived from several fields (`uses_rotary`,
+    `has_post_sublayer_norms`, ...) are properties.
     """
 
     # -- shape: sizes and block layout ---------------------------------------------------------
@@ -81,13 +89,17 @@ class HookedTransformerConfig:
     """How positions enter: `standard` (learned `W_pos` added to the embedding), `shortformer` (added to q/k
     inputs only), `rotary`, `alibi` or `relative_positional_bias` (T5); see `uses_rotary`."""
     rotary_dim: int | None = None
-    """Leading dimensions of each head that rotary embeddings rotate (even, at most `d_head`); None: `d_head`."""
+    """Leading dimensions of each head that rotary embeddings rotate (even, at most `d_head`); None: `d_head`.
+    Under multi-head latent attention (`kv_lora_rank`) the rotated dims are the last `rotary_dim`."""
     rotary_base: float = 10000.0
     """Rotary base theta: frequency `i` is `rotary_base ** (-2i / rotary_dim)`."""
     rotary_base_local: float | None = None
     """Rotary base of sliding-window layers when it differs from `rotary_base` (Gemma 3); None: the same."""
     rotary_adjacent_pairs: bool = False
     """Rotate adjacent pairs `(x0, x1), (x2, x3)...` (GPT-J) instead of the two halves (NeoX/LLaMA)."""
+    rotary_interleaved_input: bool = False
+    """DeepSeek-V3, GLM-MoE-DSA: the rotated dims come as adjacent pairs `(x0, x1), (x2, x3)...` and leave as two
+    halves (each pair's first element rotated, then each second), as HF's `apply_rotary_pos_emb_interleave`."""
     nope_layers: list[int] | None = None
     """Layers that use no positional encoding at all (SmolLM3, Cohere2); None: none."""
     rotary_scaling: dict | None = None
@@ -125,6 +137,25 @@ class HookedTransformerConfig:
     """GPT-OSS: one learned logit per head joins each softmax and is then dropped."""
     clip_qkv: float | None = None
     """OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]` after their projections; None: no clamp."""
+    kv_lora_rank: int | None = None
+    """Multi-head latent attention (DeepSeek-V2/V3, GLM-MoE-DSA): width of the KV latent, one vector per token from
+    which every head's keys (their non-rotary part) and values are up-projected; the KV cache stores it with the
+    shared rotary key. None: ordinary attention. See `uses_mla` and components/mla.py."""
+    q_lora_rank: int | None = None
+    """MLA: width of the query latent the queries are up-projected from; None: queries straight from the residual."""
+    d_head_v: int | None = None
+    """Width of each head's value and `hook_z` where it differs from `d_head` (MLA's `v_head_dim`); None: `d_head`.
+    See `d_value`."""
+    index_n_heads: int | None = None
+    """DeepSeek sparse attention (GLM-MoE-DSA): heads of the indexer that scores the keys of each query; set with
+    `index_d_head` and `index_topk`. None: every query attends to every earlier key. See `uses_sparse_attention`."""
+    index_d_head: int | None = None
+    """DSA: width of one indexer head (its first `rotary_dim` dims rotate)."""
+    index_topk: int | None = None
+    """DSA: keys each query attends to, the top-scoring ones by the indexer."""
+    index_shared_layers: list[int] | None = None
+    """DSA: layers without an indexer of their own, reusing the keys the previous layer selected (GLM's `"shared"`
+    `indexer_types`); None: every layer selects its own."""
 
     # -- norms ---------------------------------------------------------------------------------
     normalization_type: str | None = "LN"
@@ -159,24 +190,42 @@ class HookedTransformerConfig:
     norm_topk_prob: bool = False
     """Renormalize the top-k routing weights to sum to 1 (Mixtral, Qwen3-MoE, OLMoE)."""
     shared_expert_d_mlp: int | None = None
-    """Qwen2-MoE: hidden width of an always-on shared expert (gated by a sigmoid); None: none."""
-    shared_expert_gated: bool = True
-    """With `shared_expert_d_mlp`: the shared expert is scaled by `sigmoid(x w_s)` (Qwen2-MoE, Qwen3-Next); False:
-    added as is (Granite-hybrid's `shared_mlp`)."""
-    router_scoring: str = "softmax"
-    """How the router scores the experts: `softmax` over all of them (Mixtral, Qwen) or `sigmoid` each (LFM2-MoE)."""
-    router_expert_bias: bool = False
-    """LFM2-MoE: a per-expert bias (`mlp.expert_bias`, float32) added to the scores only to choose the experts."""
-    routed_scaling_factor: float = 1.0
-    """Sigmoid routing: the chosen experts' weights (renormalized with `norm_topk_prob`) are multiplied by this."""
-    dense_mlp_layers: list[int] | None = None
-    """Layers of a mixture-of-experts model with a dense gated MLP instead (LFM2-MoE's first layers); None: none."""
-    dense_d_mlp: int | None = None
-    """Hidden width of the `dense_mlp_layers` MLPs; None: `d_mlp`."""
+    """Hidden width of an always-on shared expert beside the routed ones (Qwen2-MoE, Qwen3-Next, DeepSeek, GLM,
+    Granite-hybrid); None: none. See `shared_expert_gate`."""
+    shared_expert_gate: bool = True
+    """With `shared_expert_d_mlp`: the shared expert's output is scaled by a sigmoid gate `sigmoid(x w_s)` (Qwen2-MoE,
+    Qwen3-Next); False: added as is (DeepSeek, GLM, Granite-hybrid)."""
     swiglu_limit: float | None = None
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
     """GPT-OSS: the experts' activation is `gate * sigmoid(swiglu_alpha * gate)`."""
+    router_scoring: str = "softmax"
+    """How the router turns its logits into expert scores (one of `ROUTER_SCORINGS`): `softmax` over all experts;
+    `sigmoid` per expert, the choice read from the scores plus a per-expert selection bias, the buffer
+    `mlp.e_score_correction_bias` (DeepSeek-V3, GLM-4-MoE, LFM2-MoE; zeros where the checkpoint has none);
+    `topk_softmax`, a softmax over the top-k logits only (GraniteMoE, Granite-hybrid); `sparsemixer`, PhiMoE's two
+    masked softmaxes (top-2)."""
+    router_groups: int | None = None
+    """Group-limited routing (DeepSeek `n_group`): experts form this many equal groups, and each token chooses its
+    experts within its `router_topk_groups` best groups (a group scores its best expert under `softmax`, its two
+    best under `sigmoid`); None: no groups."""
+    router_topk_groups: int | None = None
+    """Group-limited routing: groups each token may choose experts from (DeepSeek `topk_group`)."""
+    routed_scaling_factor: float = 1.0
+    """Sigmoid or grouped routing (DeepSeek, GLM, LFM2-MoE): the routing weights are multiplied by this after any
+    renormalization (`norm_topk_prob`)."""
+    router_norm_eps: float = 1e-20
+    """Sigmoid or grouped routing with `norm_topk_prob`: the chosen scores are divided by their sum plus this (HF's
+    DeepSeek, GLM: 1e-20; LFM2-MoE: 1e-6)."""
+    sparsemixer_jitter_eps: float = 0.01
+    """PhiMoE (`router_scoring="sparsemixer"`): an expert stays in a selection's softmax while its logit is within
+    `2 * eps` (relative to the larger magnitude) of that selection's best (`router_jitter_noise`)."""
+    dense_mlp_layers: list[int] | None = None
+    """Layers of a mixture-of-experts model whose MLP is a dense gated MLP (DeepSeek's `first_k_dense_replace`,
+    GLM's `mlp_layer_types`, LFM2-MoE's `num_dense_layers`); None: every layer is a mixture of experts. See
+    `is_moe_layer`."""
+    dense_d_mlp: int | None = None
+    """Hidden width of the dense MLPs of `dense_mlp_layers` (the experts' is `d_mlp`); None: `d_mlp`."""
 
     # -- recurrent layers: state-space and hybrid models (Mamba, Mamba-2, gated DeltaNet, LFM2) ------
     layer_types: list[str] | None = None
@@ -258,6 +307,9 @@ class HookedTransformerConfig:
     """Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum (float32 in half precision)."""
     moe_mix_in_fp32: bool = False
     """Mixtral: expert outputs times float32 routing weights, cast after the sum."""
+    router_in_fp32: bool = False
+    """DeepSeek, GLM: the router's weight stays float32 in every dtype and its logits are computed in float32 (HF's
+    `_keep_in_fp32_modules_strict`); it picks its top-k unsorted, as HF."""
 
     # -- runtime: dtype, device, initialization, attention kernel, tokenization ------------------
     dtype: torch.dtype = torch.float32
@@ -285,6 +337,12 @@ class HookedTransformerConfig:
     """Set from the tokenizer: whether it adds BOS itself; None: no tokenizer yet."""
     decoder_start_token_id: int | None = None
     """T5 (HookedEncoderDecoder): the decoder's first token; None: the tokenizer's pad token."""
+
+    # -- image-text models ----------------------------------------------------------------------
+    vision_language: VisionLanguageConfig | None = None
+    """Image-text models (LLaVA, Gemma 3 with images): the vision tower, the projector and where image features
+    enter the text (a `hooked.core.vision_config.VisionLanguageConfig`, or a dict of its fields); None: text only.
+    The other fields describe the language model."""
 
     # -- provenance: where the config and weights came from --------------------------------------
     model_name: str = "custom"
@@ -376,15 +434,16 @@ class HookedTransformerConfig:
             raise ConfigError("mixture-of-experts layers are gated (SwiGLU experts): set gated_mlp=True")
         if self.full_width_qk_norm and not self.use_qk_norm:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
-        if self.router_scoring not in ("softmax", "sigmoid"):
-            raise ConfigError(f"router_scoring must be 'softmax' or 'sigmoid', got {self.router_scoring!r}")
-        if self.dense_mlp_layers is not None and self.num_experts is None:
-            raise ConfigError("dense_mlp_layers needs num_experts (they are the dense layers of a MoE model)")
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
+        self._check_mla_and_routing()
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
+        if isinstance(self.vision_language, dict):
+            from hooked.core.vision_config import VisionLanguageConfig
+
+            self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
         self.n_params = self._count_params()
 
     def _check_layer_types(self) -> None:
@@ -424,7 +483,78 @@ class HookedTransformerConfig:
             if inner % heads or heads % self.ssm_n_groups:
                 raise ConfigError("mamba2: ssm_n_heads must divide ssm_d_inner, and ssm_n_groups ssm_n_heads")
 
+    def _check_mla_and_routing(self) -> None:
+        """Refuse inconsistent multi-head latent attention, sparse attention and routing fields."""
+        if self.router_scoring not in ROUTER_SCORINGS:
+            raise ConfigError(f"router_scoring must be one of {ROUTER_SCORINGS}, got {self.router_scoring!r}")
+        if (self.router_groups is None) != (self.router_topk_groups is None):
+            raise ConfigError("router_groups and router_topk_groups must be set together (group-limited routing)")
+        if self.router_scoring in ("topk_softmax", "sparsemixer") and self.routed_scaling_factor != 1.0:
+            raise ConfigError(f"routed_scaling_factor scales softmax and sigmoid routing, not {self.router_scoring}")
+        if self.router_groups is not None and (self.num_experts or 0) % self.router_groups:
+            raise ConfigError(f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts})")
+        if self.dense_mlp_layers is not None and self.num_experts is None:
+            raise ConfigError(
+                "dense_mlp_layers needs num_experts: it names the dense layers of a mixture-of-experts model"
+            )
+        if self.uses_mla and not (self.uses_rotary and self.rotary_dim is not None and self.rotary_dim < self.d_head):
+            raise ConfigError(
+                "multi-head latent attention (kv_lora_rank) needs rotary positions on the last rotary_dim dims of "
+                f"each head, with rotary_dim below d_head (got rotary_dim={self.rotary_dim}, d_head={self.d_head})"
+            )
+        if self.uses_mla and self.attn_output_gate:
+            raise ConfigError("attn_output_gate (an output-gated attention) is not supported with kv_lora_rank (MLA)")
+        if 0 in (self.index_shared_layers or ()):
+            raise ConfigError("index_shared_layers cannot hold layer 0: a shared layer reuses the layer before's keys")
+        index = (self.index_n_heads, self.index_d_head, self.index_topk)
+        if any(x is not None for x in index) and (None in index or self.q_lora_rank is None or not self.uses_mla):
+            raise ConfigError(
+                "sparse attention needs index_n_heads, index_d_head and index_topk together, on multi-head latent "
+                "attention with a query latent (kv_lora_rank and q_lora_rank): the indexer reads the query latent"
+            )
+
     # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----
+    @property
+    def uses_mla(self) -> bool:
+        """Attention is multi-head latent attention (`kv_lora_rank` set): keys and values come from one latent."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def uses_sparse_attention(self) -> bool:
+        """DeepSeek sparse attention: an indexer picks the `index_topk` keys each query attends to."""
+        return self.index_topk is not None
+
+    @property
+    def d_value(self) -> int:
+        """Width of each head's value, `hook_z` and `W_O` input: `d_head_v`, else `d_head`."""
+        return self.d_head_v or self.d_head
+
+    @property
+    def kv_cache_entry_shape(self) -> tuple[int, int, int]:
+        """`(heads, key width, value width)` of one cached position of one layer.
+
+        Ordinary attention caches each K/V head's key and value. MLA caches one "head": its
+        key slot holds the KV latent (`kv_lora_rank`) and its value slot the shared rotary key
+        (`rotary_dim`), from which every head's keys and values are recomputed.
+        """
+        if self.uses_mla:
+            assert self.kv_lora_rank is not None and self.rotary_dim is not None  # uses_mla; __post_init__ fills
+            return 1, self.kv_lora_rank, self.rotary_dim
+        heads = self.n_heads if self.ungroup_grouped_query_attention else self.n_kv_heads
+        return heads, self.d_head, self.d_head
+
+    @property
+    def kv_cache_streams(self) -> dict[str, int]:
+        """Per-position tensors each layer caches besides keys and values, by name and width (DSA's indexer keys)."""
+        if not self.uses_sparse_attention:
+            return {}
+        assert self.index_d_head is not None  # __post_init__ sets the index fields together
+        return {INDEXER_KEYS: self.index_d_head}
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether `layer`'s MLP is a mixture of experts (not one of `dense_mlp_layers`)."""
+        return self.uses_moe and layer not in (self.dense_mlp_layers or ())
+
     @property
     def mixer_types(self) -> list[str]:
         """The token mixer of every block: `layer_types`, or `attention` for each block without them."""
@@ -522,13 +652,25 @@ class HookedTransformerConfig:
         return self.d_mlp
 
     def _count_params(self) -> int:
-        n = len(self.attention_layers) * 4 * self.d_model * self.d_head * self.n_heads
+        n = len(self.attention_layers) * self._attention_params()
+        per_mlp = self.d_model * (2 + int(self.gated_mlp))
         for layer in range(self.n_layers):
             if self.block_has_mlp(layer):
-                dense = not self.num_experts or layer in (self.dense_mlp_layers or ())
-                width = (self.dense_d_mlp or self.mlp_width) if dense and self.num_experts else self.mlp_width
-                n += self.d_model * width * (2 + int(self.gated_mlp)) * (1 if dense else self.num_experts or 1)
+                moe = self.is_moe_layer(layer)
+                width = self.mlp_width if moe or self.dense_d_mlp is None else self.dense_d_mlp
+                n += per_mlp * width * ((self.num_experts or 1) if moe else 1)
         return n
+
+    def _attention_params(self) -> int:
+        """Weights of one attention layer's matrices (MLA: its low-rank factors)."""
+        d, H, dh = self.d_model, self.n_heads, self.d_head
+        if not self.uses_mla:
+            return 4 * d * dh * H
+        assert self.kv_lora_rank is not None and self.rotary_dim is not None
+        q_in = self.q_lora_rank or d
+        q = H * q_in * dh + (d * self.q_lora_rank if self.q_lora_rank else 0)
+        kv = d * (self.kv_lora_rank + self.rotary_dim) + H * self.kv_lora_rank * (dh - self.rotary_dim + self.d_value)
+        return q + kv + H * self.d_value * d
 
     def is_layer_norm_activation(self) -> bool:
         """True for activations followed by a LayerNorm inside the MLP (`solu_ln`)."""

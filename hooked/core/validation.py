@@ -310,16 +310,16 @@ def check_kv_cache(cache: Any, cfg: Any, batch: int) -> None:
             f"past_kv_cache was built for batch size {cached_batch}, but this input has batch size {batch}: "
             "use one cache per batch (init_cache(model.cfg, batch_size=...))"
         )
-    heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+    heads, d_key, _ = cfg.kv_cache_entry_shape
     kv_entries = [entry for entry in cache.entries if hasattr(entry, "past_keys")]  # a hybrid's attention layers
     if len(kv_entries) != len(cfg.attention_layers):
         raise KVCacheMismatchError(
             f"past_kv_cache has {len(kv_entries)} key/value layers but the model has {len(cfg.attention_layers)} "
             "attention layers: build it with HookedTransformerKeyValueCache.init_cache(model.cfg, batch_size=...)"
         )
-    shape = tuple(kv_entries[0].past_keys.shape[2:]) if kv_entries else (heads, cfg.d_head)
-    if shape != (heads, cfg.d_head):
+    shape = tuple(kv_entries[0].past_keys.shape[2:]) if kv_entries else (heads, d_key)
+    if shape != (heads, d_key):
         raise KVCacheMismatchError(
             f"past_kv_cache stores keys with [kv_head, d_head] = {list(shape)}, but this model needs "
-            f"{[heads, cfg.d_head]}: the cache was built for another model or GQA setting"
+            f"{[heads, d_key]}: the cache was built for another model or GQA setting"
         )

@@ -160,7 +160,7 @@ class StaticRecorder:
             )
         shape = list(tensor.shape)
         shape[axis] = self.capacity
-        fill = float("-inf") if name.endswith("hook_attn_scores") else 0.0
+        fill = float("-inf") if name.endswith(("hook_attn_scores", "indexer.hook_scores")) else 0.0
         device = tensor.device if self.device is None else self.device
         return torch.full(shape, fill, dtype=tensor.dtype, device=device)
 
@@ -169,8 +169,8 @@ class StaticRecorder:
         out = {}
         for name, buffer in self.buffers.items():
             cut = buffer.narrow(self.pos_axis[name], 0, n_fed)
-            if name.endswith(("hook_attn_scores", "hook_pattern")):
-                cut = cut[..., :n_fed]  # [batch, head, n_fed, n_fed]
+            if name.endswith(("hook_attn_scores", "hook_pattern", "indexer.hook_scores")):
+                cut = cut[..., :n_fed]  # [batch, head, n_fed, n_fed] (DSA's indexer scores: [batch, n_fed, n_fed])
             out[name] = cut.clone()
         return out
 

@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 StateDict = dict[str, torch.Tensor]
 
 STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
-_QKV_LEAVES = ("W_Q", "W_K", "W_V", "_W_K", "_W_V")
+_QKV_LEAVES = ("W_Q", "W_K", "W_V", "_W_K", "_W_V", "W_Q_B", "W_KV_B")  # MLA's up-projections: head-major too
 _PRE = {"LN": "LNPre", "RMS": "RMSPre"}
 
 
@@ -212,6 +212,8 @@ def fold_layer_norm(
     for layer, p in enumerate(_layers(cfg)):
         if cfg.block_has_mixer(layer):
             _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(sd, cfg, layer), block_ln, **fold)
+        if cfg.uses_mla and layer in cfg.attention_layers:
+            _fold_latent_norms(sd, cfg, p + "attn.", **fold)
         if not cfg.block_has_mlp(layer):
             continue
         experts = _experts(sd, p)
@@ -230,16 +232,29 @@ def fold_layer_norm(
 
 
 def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
-    """`(weight, bias)` keys of what reads block `layer`'s `ln1`: W_Q, W_K, W_V (and an output gate's `W_gate`),
-    or a recurrent mixer's input projections (`NORM_READERS` of its class)."""
+    """`(weight, bias)` keys of what reads block `layer`'s `ln1`: W_Q, W_K, W_V (and an output gate's `W_gate`);
+    under MLA the down-projections and DSA's indexer; or a recurrent mixer's input projections (`NORM_READERS` of
+    its class)."""
     p, kind = f"blocks.{layer}.", cfg.mixer_types[layer]
     if kind != "attention":
         from hooked.components.hybrid_block import mixer_class
 
         return [(p + f"mixer.{w}", p + f"mixer.b{w[1:]}") for w in mixer_class(kind).NORM_READERS]  # type: ignore[attr-defined]
-    attn, kv = p + "attn.", _kv(cfg)
+    attn = p + "attn."
+    if cfg.uses_mla:
+        names = ("W_Q_A" if cfg.q_lora_rank else "W_Q_B", "W_KV_A", "indexer.W_K", "indexer.W_weights")
+        return [(attn + n, attn + n.replace("W_", "b_")) for n in names if attn + n in sd]
+    kv = _kv(cfg)
     readers = [(attn + "W_Q", attn + "b_Q")] + [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
     return readers + ([(attn + "W_gate", attn + "b_gate")] if attn + "W_gate" in sd else [])
+
+
+def _fold_latent_norms(sd: StateDict, cfg: HookedTransformerConfig, attn: str, **fold) -> None:
+    """MLA: each latent norm's gain into the up-projections that read it (RMSNorms: exact, no bias)."""
+    if cfg.q_lora_rank:
+        readers = [(attn + n, attn + "unused_bias") for n in ("W_Q_B", "indexer.W_Q") if attn + n in sd]
+        _fold_norm_into_readers(sd, cfg, attn + "q_a_norm", readers, False, **fold)
+    _fold_norm_into_readers(sd, cfg, attn + "kv_a_norm", [(attn + "W_KV_B", attn + "unused_bias")], False, **fold)
 
 
 def _fold_moe(sd, cfg, p: str, experts: list[str], layernorm: bool, fold_biases: bool, center_weights: bool) -> None:
@@ -429,6 +444,10 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "the model has no norms", D
     if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
         return "only LayerNorm models (not final_rms) center their residual stream", D
+    if step == "fold_ln" and cfg.uses_moe and cfg.uses_layer_norm:
+        return "a LayerNorm's bias cannot fold into the bias-free experts and router (PhiMoE)", W
+    if step == "fold_value_biases" and cfg.uses_mla:
+        return "multi-head latent attention has no value bias after its latent norm", logging.INFO
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
     if step == "fold_value_biases" and cfg.attn_sinks:
@@ -478,6 +497,8 @@ def convert_norms_to_pre(model) -> None:
     for block in model.blocks:
         if hasattr(block, "ln1"):  # a Nemotron-H `mlp` block has none
             block.ln1 = make_norm(cfg)
+        if cfg.uses_mla and hasattr(block, "attn"):  # the latent norms were folded too
+            block.attn.use_folded_latent_norms()
         if hasattr(block, "ln2"):
             block.ln2 = make_norm(cfg)
         if hasattr(block, "mlp") and hasattr(block.mlp, "ln"):

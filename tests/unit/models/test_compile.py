@@ -19,6 +19,7 @@ pytestmark = pytest.mark.unchecked
 FAST = ["llama_gqa", "gpt2"]
 #: MoE routing sorts tokens by expert and splits them by data-dependent counts: one graph break per MoE layer
 MOE = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"}
+MOE |= {"deepseek_v2", "deepseek_v3", "glm_moe_dsa", "glm4_moe", "phimoe", "granitemoe"}  # issue 37
 SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in EVERY_FAMILY]
 
 
