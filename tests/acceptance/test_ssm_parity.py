@@ -139,3 +139,14 @@ def test_loads_from_a_saved_checkpoint(case, tmp_path):
     t = tokens(2, 12)
     with torch.no_grad():
         assert max_abs(from_disk(t), model(t)) <= ATOL
+
+
+def test_lfm2_moe_without_an_expert_bias_matches_hf():
+    """`use_expert_bias=False`: the sigmoid router's selection bias loads as zeros and chooses as HF's plain top-k."""
+    hf = tiny_ssm("lfm2_moe", use_expert_bias=False)
+    model = hooked_from(hf)
+    assert not hasattr(hf.model.layers[1].feed_forward, "expert_bias")
+    assert torch.equal(model.blocks[1].mlp.e_score_correction_bias, torch.zeros(4))
+    t = tokens(2, SSM_CONFIGS["lfm2_moe"][3])
+    with torch.no_grad():
+        assert max_abs(model(t), hf(t).logits) <= ATOL
