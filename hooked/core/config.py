@@ -440,6 +440,8 @@ class HookedTransformerConfig:
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
+        low, high = self.ssm_dt_limit  # a tuple whether built here or read back from JSON (a list)
+        self.ssm_dt_limit = (float(low or 0.0), None if high is None or math.isinf(high) else float(high))
         if isinstance(self.vision_language, dict):
             from hooked.core.vision_config import VisionLanguageConfig
 
@@ -453,8 +455,6 @@ class HookedTransformerConfig:
                 raise ConfigError("single_sublayer_blocks needs layer_types (which sublayer each block holds)")
             return
         self.layer_types = list(self.layer_types)[: self.n_layers]  # `first_n_layers` keeps the first types
-        low, high = self.ssm_dt_limit
-        self.ssm_dt_limit = (float(low or 0.0), None if high is None or math.isinf(high) else float(high))
         unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
         if len(self.layer_types) != self.n_layers or unknown:
             raise ConfigError(
