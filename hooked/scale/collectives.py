@@ -17,6 +17,7 @@ not check in again, and point-to-point sends carry no tag.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import logging
@@ -81,6 +82,9 @@ def init_group(timeout_s: float | None = None) -> tuple[int, int, torch.device]:
             )
         dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(seconds=timeout_s))
         _Group.timeout_s, _Group.default_timeout = timeout_s, default_timeout
+        # a group left to the interpreter's teardown can abort a rank ("terminate called without an active
+        # exception") while a peer is still closing its connections: the group we started, we close
+        atexit.register(_destroy_group)
     elif not default_timeout and _Group.timeout_s is not None and timeout_s != _Group.timeout_s:
         logger.warning(
             "timeout_s=%g is ignored: this process group was started with timeout_s=%g, which bounds every call",
@@ -88,6 +92,12 @@ def init_group(timeout_s: float | None = None) -> tuple[int, int, torch.device]:
         )  # fmt: skip
     _install_excepthook()
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def _destroy_group() -> None:
+    """Close the default process group at exit, before the interpreter tears down the backend's threads."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _install_excepthook() -> None:

@@ -15,7 +15,7 @@ from hooked.core.errors import InputError
 from hooked.core.utils import at_steps
 from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
 from tests.tiny_models import EVERY_FAMILY, hooked_from
-from tests.unit.models.test_compile import MOE, SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
+from tests.unit.models.test_compile import DISTINCT_SWEEP, MOE, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
 
 # the runtime shape checks' wrappers would break the compiled decode step's graph (tests/README.md)
 pytestmark = pytest.mark.unchecked
@@ -49,7 +49,7 @@ def assert_same_generation(a, b):
 TIE_DEPENDENT = {"glm_moe_dsa"}
 
 
-@pytest.mark.parametrize("family", [p for p in SWEEP if p.values[0] not in TIE_DEPENDENT])
+@pytest.mark.parametrize("family", [p for p in DISTINCT_SWEEP if p.values[0] not in TIE_DEPENDENT])
 def test_static_equals_dynamic_eager_and_compiled(family):
     m = model(family)
     toks, mask = padded_prompt()
