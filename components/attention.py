@@ -98,7 +98,9 @@ class Attention(AttentionBuffers, nn.Module):
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
-        self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
+        alibi = cfg.positional_embedding_type == "alibi"
+        self.alibi_slopes = alibi_slopes(H, cfg.alibi_bias_max) if alibi else None
+        self.alibi_added = cfg.alibi_before_attn_scale or cfg.alibi_bias_max is not None  # added to the scores
         if self.alibi_slopes is not None and cfg.alibi_before_attn_scale:  # Falcon: (q.k + bias) / attn_scale
             self.alibi_slopes = self.alibi_slopes * self.scale
         if cfg.attn_sinks:  # GPT-OSS: one learned logit per head joins each softmax, then is dropped
@@ -173,7 +175,7 @@ class Attention(AttentionBuffers, nn.Module):
         if cfg.ungroup_grouped_query_attention:
             k, v = self.ungroup(k), self.ungroup(v)
         k, v = self.hook_k(k), self.hook_v(v)
-        if cfg.use_qk_norm:
+        if cfg.use_qk_norm and not cfg.qk_norm_after_rotary:
             q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
         if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
@@ -184,6 +186,8 @@ class Attention(AttentionBuffers, nn.Module):
             else:
                 cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
             q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
+        if cfg.use_qk_norm and cfg.qk_norm_after_rotary:  # HunYuan: normalize the rotated q and k
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
         if state.past_kv_cache is not None:
             entry = state.past_kv_cache[self.layer]
             if state.query_columns is None:
@@ -264,7 +268,8 @@ class Attention(AttentionBuffers, nn.Module):
     ) -> Float[torch.Tensor, "batch head pos d_head"]:
         mask, is_causal = state.sdpa_mask(self.window)
         if self.alibi_slopes is not None:  # the bias rides in a float mask, -inf where masked
-            mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype), False
+            mpt = self.cfg.alibi_bias_max is not None
+            mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype, mpt), False
         batch, n_queries, n_heads, d_head = q.shape
         kv_heads = k.shape[2]
         grouped_kv = kv_heads != n_heads and self.alibi_slopes is None
@@ -298,13 +303,15 @@ class Attention(AttentionBuffers, nn.Module):
         """
         if self.cfg.attn_scores_in_fp32:
             q, k = q.float(), k.float()
-        if self.alibi_slopes is not None and not self.cfg.alibi_before_attn_scale:
+        if self.alibi_slopes is not None and not self.alibi_added:
             scores = self._alibi_scores(q, k, state)
         else:
             scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, q_pos, k_pos]
             scores = scores / self.divisor if self.cfg.attn_scale_divides else scores * self.scale
-        if self.alibi_slopes is not None and self.cfg.alibi_before_attn_scale:
-            scores = scores + alibi_bias(state, self.alibi_slopes, scores.dtype)  # [batch, head, 1, k_pos] bias
+        if self.alibi_slopes is not None and self.alibi_added:  # Falcon (slopes pre-scaled), MPT (float32 bias)
+            mpt = self.cfg.alibi_bias_max is not None
+            bias = alibi_bias(state, self.alibi_slopes, scores.dtype, from_last_key=mpt)  # [batch or 1, head, 1, k_pos]
+            scores = scores + bias
         if self.cfg.attn_scores_soft_cap > 0:
             cap = self.cfg.attn_scores_soft_cap
             scores = cap * torch.tanh(scores / cap)

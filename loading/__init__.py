@@ -8,6 +8,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     apertus,
     bert,
     bloom,
+    codegen,
     cohere,
     distilbert,
     falcon,
@@ -20,8 +21,10 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     gptj,
     granite,
     hubert,
+    hunyuan,
     llama,
     moe,
+    mpt,
     olmo,
     opt,
     phi,
@@ -30,6 +33,7 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     stablelm,
     starcoder2,
     t5,
+    xglm,
 )
 from hooked.loading.checkpoint import load_tokenizer
 from hooked.loading.model_names import MODEL_ALIASES, OFFICIAL_MODEL_NAMES, get_official_model_name, hub_checkpoint_dir

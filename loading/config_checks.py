@@ -37,13 +37,24 @@ def require_supported(
 ) -> Any:
     """`getattr(hf, field, default)`, refused unless it is one of `supported` (or `supported(value)` is true).
 
-    `describe` says what is implemented when `supported` is a predicate (a collection describes itself).
+    `field` may be a dotted path into a sub-config or dict (`"attn_config.qk_ln"`). `describe` says what
+    is implemented when `supported` is a predicate (a collection describes itself).
     """
-    value = getattr(hf, field, default)
+    value = config_value(hf, field, default)
     ok = supported(value) if callable(supported) else value in supported
     if not ok:
         implemented = describe or f"supported: {', '.join(repr(v) for v in supported)}"  # type: ignore[union-attr]
         refuse(family, field, value, implemented)
+    return value
+
+
+def config_value(hf: Any, field: str, default: Any = None) -> Any:
+    """`hf.<field>` along a dotted path, through sub-configs and dicts; `default` where a step is missing."""
+    value = hf
+    for name in field.split("."):
+        value = value.get(name, _UNSET) if isinstance(value, dict) else getattr(value, name, _UNSET)
+        if value is _UNSET:
+            return default
     return value
 
 

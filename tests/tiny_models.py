@@ -355,9 +355,21 @@ CLASSIC_FAMILIES = {
         hidden_size=48, num_attention_heads=4, num_key_value_heads=2, intermediate_size=72, num_hidden_layers=2,
         max_position_embeddings=64, sliding_window=5,
     )),
+    # MPT: ALiBi with 6 heads (MPT's slope order differs from Bloom's), clip_qkv that clips, no biases.
+    "mpt_6heads_clip_qkv": ("MptConfig", "MptForCausalLM", dict(
+        d_model=48, n_heads=6, n_layers=2, max_seq_len=64, attn_config=dict(clip_qkv=0.6),
+    )),
+    # CodeGen: q/v/k fused in 4 model-parallel shards, adjacent-pair rotary on 8 of 16 dims, parallel block.
+    "codegen_mp4_rotary8": ("CodeGenConfig", "CodeGenForCausalLM", dict(
+        n_embd=48, n_head=3, n_inner=72, n_layer=2, n_positions=64, rotary_dim=8,
+    )),
+    # XGLM: sinusoidal positions at offset 2, embeddings scaled by sqrt(48), biases everywhere.
+    "xglm_sinusoidal": ("XGLMConfig", "XGLMForCausalLM", dict(
+        d_model=48, attention_heads=3, ffn_dim=72, num_layers=2, max_position_embeddings=64, pad_token_id=1,
+    )),
 }  # fmt: skip
 
-_CLASSIC_QK = re.compile(r"(q_proj|k_proj|query_key_value|c_attn)\.weight$")
+_CLASSIC_QK = re.compile(r"(q_proj|k_proj|query_key_value|c_attn|Wqkv|qkv_proj)\.weight$")
 _CLASSIC_NORM = re.compile(r"(norm|ln_)")
 
 
@@ -381,7 +393,7 @@ def tiny_classic(name: str, seed: int = 0):
 def hf_layers(hf) -> torch.nn.ModuleList:
     """The decoder layers of any of the classic families."""
     base = hf.base_model
-    for attr in ("layers", "h"):
+    for attr in ("layers", "h", "blocks"):  # ... MPT's
         if hasattr(base, attr):
             return getattr(base, attr)
     return base.decoder.layers  # OPT
@@ -637,4 +649,8 @@ EVERY_FAMILY: dict[str, Callable[..., torch.nn.Module]] = {
     "qwen2_moe": _moe("qwen2_moe_shared_expert"),
     "qwen3_moe": _moe("qwen3_moe_norm_topk"),
     "gpt_oss": _moe("gpt_oss_sinks_clamped_swiglu"),
+    "mpt": _classic("mpt_6heads_clip_qkv"),
+    "codegen": _classic("codegen_mp4_rotary8"),
+    "xglm": _classic("xglm_sinusoidal"),
+    "hunyuan": _modern("HunYuanDenseV1", num_key_value_heads=2, head_dim=8),
 }

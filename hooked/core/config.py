@@ -88,6 +88,9 @@ class HookedTransformerConfig:
     """HF's `rope_scaling` dict (`rope_type` `linear`, `llama3`, `yarn`, `longrope`...); None: plain RoPE."""
     rotary_scaling_local: dict | None = None
     """`rope_scaling` of sliding-window layers when `rotary_base_local` is set; None: unscaled there."""
+    alibi_bias_max: float | None = None
+    """MPT: ALiBi as MPT computes it (`components/alibi.py`): slopes `2^(-alibi_bias_max * h / n)` and float32 biases
+    by key column relative to the last key; None: Bloom's slopes and biases."""
     relative_attention_num_buckets: int | None = None
     """T5 (HookedEncoderDecoder): buckets of the relative position bias table."""
     relative_attention_max_distance: int | None = None
@@ -136,6 +139,9 @@ class HookedTransformerConfig:
     """Bloom: a LayerNorm right after the token embedding."""
     use_qk_norm: bool = False
     """Queries and keys are normalized before rotary and the dot product."""
+    qk_norm_after_rotary: bool = False
+    """HunYuan: the qk-norm normalizes the rotated queries and keys (after `hook_rot_q`/`hook_rot_k`), not their
+    projections (needs `use_qk_norm`)."""
     full_width_qk_norm: bool = False
     """OLMo-2/3, OLMoE: the q/k norm spans all heads (`n_heads * d_head`), not one `d_head` (needs `use_qk_norm`)."""
     qk_norm_per_head: bool = False
@@ -313,6 +319,8 @@ class HookedTransformerConfig:
             raise ConfigError("num_experts and experts_per_token must be set together")
         if self.num_experts is not None and not self.gated_mlp:
             raise ConfigError("mixture-of-experts layers are gated (SwiGLU experts): set gated_mlp=True")
+        if self.qk_norm_after_rotary and not self.use_qk_norm:
+            raise ConfigError("qk_norm_after_rotary (the qk-norm after rotary, HunYuan) needs use_qk_norm=True")
         if self.full_width_qk_norm and not self.use_qk_norm:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
