@@ -20,6 +20,7 @@ from hooked.components import alibi
 from hooked.components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
 from hooked.components.attention_buffers import AttentionBuffers
 from hooked.components.forward_state import ForwardState
+from hooked.components.norms import RMSNormPre
 from hooked.components.qk_norm import apply_qk_norm, make_qk_norm
 from hooked.components.rotary import (
     apply_rotary,
@@ -97,6 +98,9 @@ class Attention(AttentionBuffers, nn.Module):
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
+        if cfg.use_v_norm:  # Gemma 3n/4: values RMS-normalized per head, without a gain
+            self.v_norm = RMSNormPre(cfg, dh)
+        self.lends_kv = layer in (cfg.kv_shared_from or ())  # a later layer attends to this one's keys and values
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
         alibi = cfg.positional_embedding_type == "alibi"
         self.alibi_slopes = alibi_slopes(H, cfg.alibi_bias_max) if alibi else None
@@ -166,34 +170,7 @@ class Attention(AttentionBuffers, nn.Module):
             state = ForwardState.for_input(
                 query_input.shape[0], query_input.shape[1], query_input.device, attention_mask, causal
             )
-        kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
-        W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
-        after = cfg.bias_after_matmul
-        q = self.hook_q(project(query_input, self.W_Q, self.b_Q, after))  # [batch, pos, head, d_head]
-        k = project(key_input, W_K, b_K, after)  # [batch, pos, kv_head, d_head]
-        v = project(value_input, W_V, b_V, after)  # [batch, pos, kv_head, d_head]
-        if cfg.ungroup_grouped_query_attention:
-            k, v = self.ungroup(k), self.ungroup(v)
-        k, v = self.hook_k(k), self.hook_v(v)
-        if cfg.use_qk_norm and not cfg.qk_norm_after_rotary:
-            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
-        if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
-            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
-        if self.rotary:
-            table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
-            if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
-                cos, sin = self._stored_cos_sin(state, table_dtype)
-            else:
-                cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
-            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
-        if cfg.use_qk_norm and cfg.qk_norm_after_rotary:  # HunYuan: normalize the rotated q and k
-            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
-        if state.past_kv_cache is not None:
-            entry = state.past_kv_cache[self.layer]
-            if state.query_columns is None:
-                k, v = entry.update(k, v)  # [batch, n_keys, kv_head, d_head]
-            else:  # a static cache: written at fixed columns, read whole
-                k, v = entry.update(k, v, state.query_columns)  # [batch, capacity, kv_head, d_head]
+        q, k, v = self._qkv(query_input, key_input, value_input, state)
         if self._use_sdpa():
             z = self._attend_sdpa(q, k, v, state)
             if self._pattern_observed():  # read-only observers (caching): give them the explicit pattern
@@ -203,6 +180,49 @@ class Attention(AttentionBuffers, nn.Module):
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
         z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _qkv(
+        self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor, state: ForwardState
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q `[batch, pos, head, d_head]`, and k, v `[batch, n_keys, kv_head, d_head]` over every key (cached ones
+        included): projected, normalized, clipped and rotated, through their hooks."""
+        cfg = self.cfg
+        kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
+        W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
+        after = cfg.bias_after_matmul
+        q = self.hook_q(project(query_input, self.W_Q, self.b_Q, after))  # [batch, pos, head, d_head]
+        k = project(key_input, W_K, b_K, after)  # [batch, pos, kv_head, d_head]
+        v = project(value_input, W_V, b_V, after)  # [batch, pos, kv_head, d_head]
+        if cfg.ungroup_grouped_query_attention:
+            k, v = self.ungroup(k), self.ungroup(v)
+        k, v = self.hook_k(k), self.hook_v(v)
+        if cfg.use_v_norm:  # Gemma 3n/4: each value head RMS-normalized, no gain
+            v = self.v_norm(v)
+        if cfg.use_qk_norm and not cfg.qk_norm_after_rotary:
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
+        if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
+        if self.rotary:
+            cos, sin = self._rotary_tables(state, q.dtype)
+            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
+        if cfg.use_qk_norm and cfg.qk_norm_after_rotary:  # HunYuan: normalize the rotated q and k
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
+        if state.past_kv_cache is not None:
+            entry = state.past_kv_cache[self.layer]
+            if state.query_columns is None:
+                k, v = entry.update(k, v)  # [batch, n_keys, kv_head, d_head]
+            else:  # a static cache: written at fixed columns, read whole
+                k, v = entry.update(k, v, state.query_columns)  # [batch, capacity, kv_head, d_head]
+        if self.lends_kv:  # later layers attend to these keys and values (cfg.kv_shared_from)
+            state.shared_kv[self.layer] = (k, v)
+        return q, k, v
+
+    def _rotary_tables(self, state: ForwardState, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """This call's cos and sin `[batch, pos, 1, rotary_dim]` (shared by the layers with the same frequencies)."""
+        table_dtype = torch.float32 if self.cfg.rotary_tables_in_fp32 else dtype
+        if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
+            return self._stored_cos_sin(state, table_dtype)
+        return state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
 
     def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
         """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere, OLMo) in float32 with the tables as given, cast back."""

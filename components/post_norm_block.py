@@ -34,4 +34,13 @@ class PostNormBlock(TransformerBlock):
 
 
 def block_class(cfg) -> type[TransformerBlock]:
+    """The block class of a config: post-norm (OLMo-2/3), Gemma 4's, Gemma 3n's (AltUp) or the plain one."""
+    if cfg.uses_altup:
+        from hooked.components.gemma3n_block import Gemma3nBlock
+
+        return Gemma3nBlock
+    if cfg.d_per_layer_input or cfg.layer_scalar:
+        from hooked.components.gemma4_block import Gemma4Block
+
+        return Gemma4Block
     return PostNormBlock if cfg.post_sublayer_norm else TransformerBlock

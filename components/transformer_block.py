@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.kv_sharing import make_attention
 from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.moe import make_moe
@@ -25,10 +25,10 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
+        cfg = cfg.layer_config(layer)  # the model's config, or a view with this layer's shapes (Gemma 3n/4)
         self.cfg, self.layer = cfg, layer
         self.ln1 = make_norm(cfg)
-        attn_cls = GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
-        self.attn = attn_cls(cfg, layer)
+        self.attn = make_attention(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
         post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
         if cfg.use_normalization_before_and_after:
@@ -77,7 +77,7 @@ class TransformerBlock(nn.Module):
                 return self.hook_resid_post(attn_out + self._mlp(resid_pre) + resid_pre)
             return self.hook_resid_post(resid_pre + attn_out + self._mlp(resid_pre))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        return self.hook_resid_post(resid_mid + self._mlp(resid_mid))
+        return self.hook_resid_post(self._finish(resid_mid + self._mlp(resid_mid), state))
 
     def _attention(self, resid, state, shortformer_pos_embed) -> Float[torch.Tensor, "batch pos d_model"]:
         cfg = self.cfg
@@ -103,6 +103,10 @@ class TransformerBlock(nn.Module):
         if self.cfg.use_hook_mlp_in:
             mlp_in = self.hook_mlp_in(mlp_in.clone())
         return self.hook_mlp_out(self._norm_mlp_out(self.mlp(self._norm_mlp_in(mlp_in))))
+
+    def _finish(self, resid: Float[torch.Tensor, "batch pos d_model"], state: ForwardState) -> torch.Tensor:
+        """What a sequential block does to its stream after the MLP: nothing here (Gemma 4: `Gemma4Block`)."""
+        return resid
 
     # Where the norms sit; `PostNormBlock` (OLMo-2/3) moves ln1/ln2 to the sublayer outputs.
     def _norm_attn_in(self, x: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,8 @@ from hooked.loading import (  # noqa: F401  (registers converters)  # noqa: F401
     distilbert,
     falcon,
     gemma,
+    gemma3n,
+    gemma4,
     gpt2,
     gpt_bigcode,
     gpt_neo,

@@ -82,7 +82,8 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | Non
     kind = params.get("rope_type") or params.get("type") or "default"
     if kind == "default":
         return float(theta), None
-    scaling = {k: v for k, v in params.items() if k not in (*_ROPE_OWN_FIELDS, "type")}
+    own = ("rope_theta", "type") if kind == "proportional" else (*_ROPE_OWN_FIELDS, "type")  # its fraction shapes
+    scaling = {k: v for k, v in params.items() if k not in own}  # the frequencies, not rotary_dim (Gemma 4)
     scaling["rope_type"] = kind
     if kind == "llama3":
         scaling.setdefault("original_max_position_embeddings", hf.max_position_embeddings)

@@ -69,6 +69,15 @@ class HookedTransformerConfig:
     """Blocks without MLPs (attention-only toy models)."""
     parallel_attn_mlp: bool = False
     """Attention and MLP both read the block's input and their outputs are summed (GPT-J, NeoX, Phi, Falcon)."""
+    layer_d_head: list[int] | None = None
+    """Gemma 4: each layer's head width (its global layers are wider); None: `d_head` everywhere. Each block is built
+    from `layer_config(layer)`, which reads this (and the two fields below)."""
+    layer_n_key_value_heads: list[int] | None = None
+    """Gemma 4: each layer's key/value heads (`num_global_key_value_heads` on global layers); None: `n_key_value_heads`
+    everywhere."""
+    layer_d_mlp: list[int] | None = None
+    """Gemma 3n, Gemma 4: each layer's MLP width (3n's per-layer `intermediate_size`, 4's double-wide MLPs on its
+    KV-shared layers); None: `d_mlp` everywhere."""
 
     # -- positions -----------------------------------------------------------------------------
     positional_embedding_type: str = "standard"
@@ -122,6 +131,11 @@ class HookedTransformerConfig:
     """GPT-OSS: one learned logit per head joins each softmax and is then dropped."""
     clip_qkv: float | None = None
     """OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]` after their projections; None: no clamp."""
+    kv_shared_from: list[int | None] | None = None
+    """Gemma 3n, Gemma 4: per layer, the earlier layer whose keys and values (rotated, cached ones included) it
+    attends to instead of computing its own (it has no `W_K`/`W_V`); None entries (or None): its own."""
+    use_v_norm: bool = False
+    """Gemma 3n, Gemma 4: each value head is RMS-normalized without a gain (`attn.v_norm`) after `hook_v`."""
 
     # -- norms ---------------------------------------------------------------------------------
     normalization_type: str | None = "LN"
@@ -146,6 +160,30 @@ class HookedTransformerConfig:
     """OLMo-2/3, OLMoE: the q/k norm spans all heads (`n_heads * d_head`), not one `d_head` (needs `use_qk_norm`)."""
     qk_norm_per_head: bool = False
     """StableLM, Cohere: a separate q/k LayerNorm gain per head (`[head, d_head]`)."""
+    layer_scalar: bool = False
+    """Gemma 4: each block multiplies the residual stream it returns by a learned scalar (`blocks.{l}.layer_scalar`,
+    `[1]`): `hook_resid_post` is the scaled stream."""
+
+    # -- per-layer inputs, AltUp, LAuReL (Gemma 3n, Gemma 4) ------------------------------------
+    d_per_layer_input: int | None = None
+    """Gemma 3n/4 per-layer embeddings (PLE): width of the input each layer gets of its own (`per_layer_embed`,
+    `blocks.{l}.per_layer`); None: none."""
+    d_vocab_per_layer_input: int | None = None
+    """Rows of the per-layer embedding table (tokens at or past it read row 0, as Gemma 3n); set with
+    `d_per_layer_input`."""
+    altup_num_inputs: int | None = None
+    """Gemma 3n AltUp: the residual stream is that many streams, `[batch, pos, stream, d_model]`; each block
+    runs on stream `altup_active_idx` and corrects the others (`components/altup.py`); None: one stream."""
+    altup_active_idx: int = 0
+    """Gemma 3n AltUp: the stream the block's sublayers read and the logits come from first."""
+    altup_correct_scale: bool = True
+    """Gemma 3n AltUp: the corrected active stream is scaled by `altup.correct_output_scale` before it gates the
+    per-layer input."""
+    laurel_rank: int | None = None
+    """Gemma 3n LAuReL: rank of the low-rank linear residual beside each attention (`blocks.{l}.laurel`); None: none."""
+    activation_sparsity: list[float] | None = None
+    """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
+    activation (0: dense); None: dense everywhere."""
 
     # -- MLP and mixture of experts ------------------------------------------------------------
     act_fn: str | None = None
@@ -323,12 +361,25 @@ class HookedTransformerConfig:
             raise ConfigError("qk_norm_after_rotary (the qk-norm after rotary, HunYuan) needs use_qk_norm=True")
         if self.full_width_qk_norm and not self.use_qk_norm:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
+        self._check_per_layer_fields()
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
         self.n_params = self._count_params()
+
+    def _check_per_layer_fields(self) -> None:
+        """Per-layer lists have one entry per layer; per-layer inputs name their table."""
+        for name in ("layer_d_head", "layer_n_key_value_heads", "layer_d_mlp", "kv_shared_from", "activation_sparsity"):
+            values = getattr(self, name)
+            if values is not None and len(values) != self.n_layers:
+                raise ConfigError(f"{name} has {len(values)} entries; it needs one per layer (n_layers={self.n_layers})")
+        for layer, source in enumerate(self.kv_shared_from or ()):
+            if source is not None and not 0 <= source < layer:
+                raise ConfigError(f"kv_shared_from[{layer}] = {source}: a layer reuses the keys of an earlier layer")
+        if (self.d_per_layer_input is None) != (self.d_vocab_per_layer_input is None):
+            raise ConfigError("d_per_layer_input and d_vocab_per_layer_input are set together (the per-layer table)")
 
     # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----
     @property
@@ -383,6 +434,43 @@ class HookedTransformerConfig:
             return ["global"] * self.n_layers
         assert self.attn_types is not None  # __post_init__ refuses use_local_attn without attn_types
         return self.attn_types
+
+    @property
+    def has_per_layer_shapes(self) -> bool:
+        """Some layer's head width, K/V heads or MLP width differs from the model's (Gemma 3n/4)."""
+        return any(self._layer_overrides(layer) for layer in range(self.n_layers))
+
+    @property
+    def uses_kv_sharing(self) -> bool:
+        """Some layer attends to an earlier layer's keys and values (`kv_shared_from`)."""
+        return any(source is not None for source in self.kv_shared_from or ())
+
+    @property
+    def uses_altup(self) -> bool:
+        """The residual stream is `altup_num_inputs` streams, `[batch, pos, stream, d_model]` (Gemma 3n)."""
+        return bool(self.altup_num_inputs)
+
+    def layer_config(self, layer: int) -> HookedTransformerConfig:
+        """The config layer `layer`'s modules are built from: `self`, or a view with the layer's own head width,
+        K/V heads and MLP width (`layer_d_head`, `layer_n_key_value_heads`, `layer_d_mlp`) that reads every other
+        field from `self` as it is now (switches flipped at run time included)."""
+        overrides = self._layer_overrides(layer)
+        return LayerConfig(self, overrides) if overrides else self
+
+    def _layer_overrides(self, layer: int) -> dict[str, Any]:
+        overrides: dict[str, Any] = {}
+        if self.layer_d_head is not None and self.layer_d_head[layer] != self.d_head:
+            overrides["d_head"] = self.layer_d_head[layer]
+            if self.rotary_dim == self.d_head:  # full rotary stays full
+                overrides["rotary_dim"] = self.layer_d_head[layer]
+        if self.layer_n_key_value_heads is not None:
+            kv_heads = self.layer_n_key_value_heads[layer]
+            kv_heads = None if kv_heads == self.n_heads else kv_heads  # plain multi-head attention
+            if kv_heads != self.n_key_value_heads:
+                overrides["n_key_value_heads"] = kv_heads
+        if self.layer_d_mlp is not None and self.layer_d_mlp[layer] != self.d_mlp:
+            overrides["d_mlp"] = self.layer_d_mlp[layer]
+        return overrides
 
     @property
     def mlp_width(self) -> int:
@@ -446,6 +534,33 @@ class HookedTransformerConfig:
         return HookedTransformerConfig.from_dict(d)
 
 
+class LayerConfig(HookedTransformerConfig):
+    """One layer's view of a model's config (`HookedTransformerConfig.layer_config`).
+
+    The per-layer shape fields come from `overrides`; every other field is read from the model's
+    config on each access, and writes go to it, so a switch flipped on `model.cfg` (`use_attn_result`,
+    `attn_implementation`, ...) reaches every layer. Properties (`n_kv_heads`, ...) see the overrides.
+    """
+
+    def __init__(self, base: HookedTransformerConfig, overrides: dict[str, Any]):  # no dataclass __init__: a view
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "_overrides", dict(overrides))
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _VIEW_FIELDS:
+            overrides = object.__getattribute__(self, "_overrides")
+            if name in overrides:
+                return overrides[name]
+            return getattr(object.__getattribute__(self, "_base"), name)
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_base"), name, value)
+
+    def layer_config(self, layer: int) -> HookedTransformerConfig:
+        return object.__getattribute__(self, "_base").layer_config(layer)
+
+
 def _field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(HookedTransformerConfig) if f.init]
 
@@ -478,3 +593,4 @@ def _init_with_field_check(init):
 
 
 HookedTransformerConfig.__init__ = _init_with_field_check(HookedTransformerConfig.__init__)
+_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(HookedTransformerConfig))

@@ -13,6 +13,13 @@ import torch
 from jaxtyping import Float, Int
 
 
+def entry_shape(cfg, layer: int) -> tuple[int, int]:
+    """`(kv_heads, d_head)` of layer `layer`'s cached keys (per layer where shapes vary, as Gemma 4's)."""
+    layer_cfg = cfg.layer_config(layer) if hasattr(cfg, "layer_config") else cfg
+    heads = layer_cfg.n_heads if layer_cfg.ungroup_grouped_query_attention else layer_cfg.n_kv_heads
+    return heads, layer_cfg.d_head
+
+
 class HookedTransformerKeyValueCacheEntry:
     """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer."""
 
@@ -80,11 +87,10 @@ class HookedTransformerKeyValueCache:
     @classmethod
     def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
         """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
-        heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
         device = cfg.device if device is None else device
         entries = [
-            HookedTransformerKeyValueCacheEntry(batch_size, heads, cfg.d_head, device, cfg.dtype, capacity=capacity)
-            for _ in range(cfg.n_layers)
+            HookedTransformerKeyValueCacheEntry(batch_size, *entry_shape(cfg, layer), device, cfg.dtype, capacity=capacity)
+            for layer in range(cfg.n_layers)
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
@@ -182,12 +188,11 @@ class StaticKeyValueCache:
     counts_own_forwards = True  # the forward does not touch n_forwards (it is read eagerly only)
 
     def __init__(self, cfg, batch_size: int, capacity: int, device=None):
-        heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
         device = torch.device(cfg.device if device is None else device)
         self.capacity = capacity
         self.entries = [
-            StaticKeyValueCacheEntry(batch_size, capacity, heads, cfg.d_head, device, cfg.dtype)
-            for _ in range(cfg.n_layers)
+            StaticKeyValueCacheEntry(batch_size, capacity, *entry_shape(cfg, layer), device, cfg.dtype)
+            for layer in range(cfg.n_layers)
         ]
         self.mask = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)  # [batch, capacity]
         self.column = torch.zeros(1, dtype=torch.long, device=device)  # [1]: the next column to write
