@@ -4,7 +4,8 @@
 
 `W_left [d_model, rank]` and `W_right [rank, d_model]` have no biases; `ln` is an RMSNorm with a gain
 of its own. The block adds it to the attention's update and divides the sum by sqrt(2).
-`fold_ln` folds `ln1`'s gain into `W_left` as into `W_Q`/`W_K`/`W_V`: all of them read `ln1`.
+`n` itself, gain included, joins the residual stream here, so `ln1`'s gain cannot be folded into the
+weights that read it: `fold_ln` is skipped for Gemma 3n.
 """
 
 from __future__ import annotations

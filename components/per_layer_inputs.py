@@ -53,9 +53,15 @@ class PerLayerEmbed(nn.Module):
         in_table = (tokens >= 0) & (tokens < self.W_E.shape[0])  # Gemma 3n: tokens past the table read row 0
         rows = F.embedding(torch.where(in_table, tokens, 0), self.W_E)  # [batch, pos, n_layers * d_ple]
         token_inputs = self.hook_token_inputs(rows.view(split))  # [batch, pos, n_layers, d_ple]
-        projected = F.linear(embed, self.W_proj.t()) * self.cfg.d_model**-0.5  # [batch, pos, n_layers * d_ple]
+        projected = F.linear(embed, self.W_proj.t()) * self._scale(self.cfg.d_model**-0.5, embed)
         projected = self.hook_projected(self.ln(projected.view(split)))  # [batch, pos, n_layers, d_ple]
-        return self.hook_per_layer_inputs((projected + token_inputs) * 2.0**-0.5)
+        return self.hook_per_layer_inputs((projected + token_inputs) * self._scale(2.0**-0.5, embed))
+
+    def _scale(self, value: float, like: torch.Tensor) -> float | torch.Tensor:
+        """A constant factor: exact, or rounded to the activations' dtype first (`cfg.per_layer_scales_in_dtype`)."""
+        if not self.cfg.per_layer_scales_in_dtype:
+            return value
+        return torch.tensor(value, dtype=torch.float32).to(like.dtype).to(like.device)
 
 
 class PerLayerInput(nn.Module):

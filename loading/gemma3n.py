@@ -12,8 +12,8 @@ KV sharing of the last `num_kv_shared_layers` layers, per-layer inputs. Its own:
 `activation_sparsity_pattern` (`components/activation_sparsity.py`) and a per-layer
 `intermediate_size`.
 
-Half precision: the per-layer projection and combination scales are 0-d tensors cast to the model
-dtype in HF (Python floats in Gemma 4); float32 is exact either way, half precision close.
+HF multiplies by the per-layer projection and combination scales as 0-d buffers cast to the model
+dtype (Gemma 4: Python floats): `per_layer_scales_in_dtype`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def convert_gemma3n_config(hf: Any) -> dict:
         altup_active_idx=text.altup_active_idx,
         altup_correct_scale=text.altup_correct_scale,
         laurel_rank=text.laurel_rank,
+        per_layer_scales_in_dtype=True,  # HF's 0-d buffers, cast to the model dtype
     )
 
 

@@ -249,6 +249,79 @@ def gemma_layers(hf):
     return inner.layers
 
 
+# -- Gemma 3n and Gemma 4 (per-layer inputs, KV sharing; 3n's AltUp) ---------------------
+
+_PLE_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+#: 4 layers (sliding, global, sliding, global), the last 2 reusing the keys and values of the first 2;
+#: head_dim 8 (global layers 16 in Gemma 4), window 4 < 12 positions, per-layer inputs of width 8
+_PLE_BASE = dict(
+    hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    vocab_size=VOCAB, hidden_size_per_layer_input=8, max_position_embeddings=64, sliding_window=4,
+    layer_types=_PLE_LAYER_TYPES, num_kv_shared_layers=2, final_logit_softcapping=3.0,
+    pad_token_id=0, bos_token_id=2, eos_token_id=GEMMA_EOS,
+)  # fmt: skip
+_GEMMA4 = dict(_PLE_BASE, intermediate_size=64, global_head_dim=16, vocab_size_per_layer_input=VOCAB)
+#: name -> (HF family, config overrides)
+GEMMA_PLE_CONFIGS = {
+    # global layers 16 wide with proportional rotary on a quarter of their frequencies
+    "gemma4_kv_shared_ple": ("gemma4", _GEMMA4),
+    # global layers: one K/V head whose values are its keys' projection; double-wide MLPs on the sharing layers
+    "gemma4_k_eq_v_double_wide": (
+        "gemma4",
+        dict(_GEMMA4, attention_k_eq_v=True, num_global_key_value_heads=1, use_double_wide_mlp=True),
+    ),
+    # the text tower of the image-text model (a one-layer vision tower beside it)
+    "gemma4_image_text_tower": ("gemma4_mm", _GEMMA4),
+    # AltUp (4 streams), LAuReL rank 4, sparse gates on layers 0 and 1, per-layer MLP widths,
+    # a per-layer table shorter than the vocabulary (ids past it read row 0)
+    "gemma3n_altup_laurel_sparse": (
+        "gemma3n",
+        dict(
+            _PLE_BASE, intermediate_size=[64, 48, 64, 48], vocab_size_per_layer_input=VOCAB - 6, laurel_rank=4,
+            activation_sparsity_pattern=[0.95, 0.5, 0.0, 0.0], altup_num_inputs=4,
+        ),
+    ),
+}  # fmt: skip
+
+
+def _gemma_ple_hf(family: str, overrides: dict):
+    import transformers as tf
+
+    if family == "gemma4_mm":
+        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, head_dim=8)
+        config = tf.Gemma4Config(
+            text_config=overrides, vision_config=vision, audio_config=None, image_token_id=VOCAB - 1,
+            attn_implementation="eager",
+        )  # fmt: skip
+        return tf.Gemma4ForConditionalGeneration(config)
+    config_cls, model_cls = {
+        "gemma4": (tf.Gemma4TextConfig, tf.Gemma4ForCausalLM),
+        "gemma3n": (tf.Gemma3nTextConfig, tf.Gemma3nForCausalLM),
+    }[family]
+    return model_cls(config_cls(**overrides, attn_implementation="eager"))
+
+
+def tiny_gemma_ple(name: str, seed: int = 0, **changes):
+    """The random HF model of `GEMMA_PLE_CONFIGS[name]` (eager attention, `changes` applied), every parameter redrawn.
+
+    Gemma 3n/4 norms multiply by `w` itself: gains drawn around 1 (`1 + N(0, 0.2²)`), as AltUp's output
+    scale; each `layer_scalar` (a buffer) is drawn in [0.5, 1.5) so it is never the identity.
+    """
+    family, overrides = GEMMA_PLE_CONFIGS[name]
+    torch.manual_seed(seed)
+    hf = _gemma_ple_hf(family, copy.deepcopy({**overrides, **changes})).eval()
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if "norm" in pname or pname.endswith("correct_output_scale"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
+        for pname, b in hf.named_buffers():
+            if pname.endswith("layer_scalar"):
+                b.copy_(0.5 + torch.rand_like(b))
+    return hf
+
+
 # -- mixtures of experts ------------------------------------------------------------------
 
 MOE = dict(num_experts=4, num_experts_per_tok=2)
@@ -575,6 +648,13 @@ def _gemma(name: str) -> Callable:
     return build
 
 
+def _gemma_ple(name: str) -> Callable:
+    def build(seed: int = 0):
+        return tiny_gemma_ple(name, seed=seed)
+
+    return build
+
+
 def _moe(name: str) -> Callable:
     def build(seed: int = 0):
         prefix, overrides = MOE_CONFIGS[name]
@@ -653,4 +733,7 @@ EVERY_FAMILY: dict[str, Callable[..., torch.nn.Module]] = {
     "codegen": _classic("codegen_mp4_rotary8"),
     "xglm": _classic("xglm_sinusoidal"),
     "hunyuan": _modern("HunYuanDenseV1", num_key_value_heads=2, head_dim=8),
+    "gemma4": _gemma_ple("gemma4_kv_shared_ple"),
+    "gemma4_multimodal": _gemma_ple("gemma4_image_text_tower"),
+    "gemma3n": _gemma_ple("gemma3n_altup_laurel_sparse"),
 }

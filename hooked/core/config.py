@@ -240,6 +240,9 @@ class HookedTransformerConfig:
     """GPT-OSS: HF keeps its norm weights float32 in float16 models."""
     norm_gain_offset: float = 0.0
     """Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum (float32 in half precision)."""
+    per_layer_scales_in_dtype: bool = False
+    """Gemma 3n: the per-layer input scales (`d_model^-1/2`, `2^-1/2`) are rounded to the model dtype before they
+    multiply (Gemma 4 multiplies by the exact values)."""
     moe_mix_in_fp32: bool = False
     """Mixtral: expert outputs times float32 routing weights, cast after the sum."""
 

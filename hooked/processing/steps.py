@@ -200,19 +200,17 @@ def fold_layer_norm(
 ) -> StateDict:
     """Fold every pre-norm's gain (and LayerNorm bias) into its readers; the norms lose their parameters.
 
-    Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA); W_in and W_gate
+    Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA; W_Q alone in a layer that
+    reuses another's keys and values); W_in and W_gate
     (and every MoE expert's, plus the router) for `ln2`; W_U for `ln_final`; W_out for
     `solu_ln`'s `mlp.ln`. RMSNorms fold their gain only (no bias, no centering), so this
     is right for every norm type with the default flags. `ln1_post`/`ln2_post` and
     `q_norm`/`k_norm` are never folded: their gain acts after the normalization.
     """
     block_ln = cfg.uses_layer_norm
-    kv = _kv(cfg)
     fold = dict(fold_biases=fold_biases, center_weights=center_weights)
-    for p in _layers(cfg):
-        attn = p + "attn."
-        readers = [(attn + "W_Q", attn + "b_Q")] + [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
-        _fold_norm_into_readers(sd, cfg, p + "ln1", readers, block_ln, **fold)
+    for layer, p in enumerate(_layers(cfg)):
+        _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(cfg, layer), block_ln, **fold)
         if cfg.attn_only:
             continue
         experts = _experts(sd, p)
@@ -228,6 +226,15 @@ def fold_layer_norm(
         final_ln = _is_layernorm(final_norm_kind(cfg))
         _fold_norm_into_readers(sd, cfg, "ln_final", [("unembed.W_U", "unembed.b_U")], final_ln, **fold)
     return sd
+
+
+def _ln1_readers(cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
+    """What reads `blocks.{layer}.ln1`'s output: `(weight, bias)` keys of the q/k/v projections."""
+    attn, kv = f"blocks.{layer}.attn.", _kv(cfg.layer_config(layer))
+    readers = [(attn + "W_Q", attn + "b_Q")]
+    if not (cfg.kv_shared_from and cfg.kv_shared_from[layer] is not None):  # a KV-sharing layer projects q only
+        readers += [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
+    return readers
 
 
 def _fold_moe(sd, cfg, p: str, experts: list[str], layernorm: bool, fold_biases: bool, center_weights: bool) -> None:
@@ -411,12 +418,16 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "post-norm models normalize after each sublayer: no reader follows a pre-norm", W
     if step == "center_unembed" and cfg.output_logits_soft_cap > 0:
         return "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", W
+    if step == "fold_ln" and cfg.laurel_rank:
+        return "LAuReL (Gemma 3n) adds ln1's output itself to the residual stream, gain included", W
     if step == "fold_ln" and cfg.normalization_type is None:
         return "the model has no norms", D
     if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
         return "only LayerNorm models (not final_rms) center their residual stream", D
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
+    if step == "fold_value_biases" and cfg.use_v_norm:
+        return "the values are normalized after their bias (use_v_norm)", logging.INFO
     if step == "fold_value_biases" and cfg.attn_sinks:
         return "attention sinks make each pattern row sum to less than 1", logging.INFO
     return None, D
