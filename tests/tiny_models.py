@@ -252,7 +252,9 @@ def gemma_layers(hf):
 # -- Gemma 3n and Gemma 4 (per-layer inputs, KV sharing; 3n's AltUp) ---------------------
 
 _PLE_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
-#: 4 layers (sliding, global, sliding, global), the last 2 reusing the keys and values of the first 2;
+#: 4 layers (sliding, global, sliding, global), the last 2 reusing the keys and values of the first 2
+#: (Gemma 3n: the first 3, the last reusing layer 0's: AltUp's 4 streams grow the residual, and with it
+#: float32 rounding, faster);
 #: head_dim 8 (global layers 16 in Gemma 4), window 4 < 12 positions, per-layer inputs of width 8
 _PLE_BASE = dict(
     hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -272,13 +274,14 @@ GEMMA_PLE_CONFIGS = {
     ),
     # the text tower of the image-text model (a one-layer vision tower beside it)
     "gemma4_image_text_tower": ("gemma4_mm", _GEMMA4),
-    # AltUp (4 streams), LAuReL rank 4, sparse gates on layers 0 and 1, per-layer MLP widths,
-    # a per-layer table shorter than the vocabulary (ids past it read row 0)
+    # AltUp (4 streams), LAuReL rank 4, sparse gates on layers 0 and 1, per-layer MLP widths, a per-layer
+    # table shorter than the vocabulary (ids past it read row 0); 3 layers, the last reusing layer 0's keys
     "gemma3n_altup_laurel_sparse": (
         "gemma3n",
         dict(
-            _PLE_BASE, intermediate_size=[64, 48, 64, 48], vocab_size_per_layer_input=VOCAB - 6, laurel_rank=4,
-            activation_sparsity_pattern=[0.95, 0.5, 0.0, 0.0], altup_num_inputs=4,
+            _PLE_BASE, num_hidden_layers=3, layer_types=_PLE_LAYER_TYPES[:3], num_kv_shared_layers=1,
+            intermediate_size=[64, 48, 64], vocab_size_per_layer_input=VOCAB - 6, laurel_rank=4,
+            activation_sparsity_pattern=[0.75, 0.5, 0.0], altup_num_inputs=4,
         ),
     ),
 }  # fmt: skip
@@ -305,20 +308,25 @@ def tiny_gemma_ple(name: str, seed: int = 0, **changes):
     """The random HF model of `GEMMA_PLE_CONFIGS[name]` (eager attention, `changes` applied), every parameter redrawn.
 
     Gemma 3n/4 norms multiply by `w` itself: gains drawn around 1 (`1 + N(0, 0.2²)`), as AltUp's output
-    scale; each `layer_scalar` (a buffer) is drawn in [0.5, 1.5) so it is never the identity.
+    scale, except the q/k-norms' (`0.5 + N(0, 0.1²)`: the scores are the unscaled product of two
+    normalized vectors, so these gains give them a standard deviation near 1, as Gemma 3's scaled
+    scores; gains near 1 make attention so sharp that float32 rounding, in SDPA's order, grows past
+    1e-5 within 4 layers); each `layer_scalar` (a buffer) is drawn in [0.5, 1), never the identity.
     """
     family, overrides = GEMMA_PLE_CONFIGS[name]
     torch.manual_seed(seed)
     hf = _gemma_ple_hf(family, copy.deepcopy({**overrides, **changes})).eval()
     with torch.no_grad():
         for pname, p in hf.named_parameters():
-            if "norm" in pname or pname.endswith("correct_output_scale"):
+            if pname.endswith(("q_norm.weight", "k_norm.weight")):  # scores are q.k unscaled: gains below 1 keep
+                p.copy_(0.5 + 0.1 * torch.randn_like(p))  # scores of std ~1, as Gemma 3 scaled by its scalar
+            elif "norm" in pname or pname.endswith("correct_output_scale"):
                 p.copy_(1 + 0.2 * torch.randn_like(p))
             else:
                 p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
         for pname, b in hf.named_buffers():
             if pname.endswith("layer_scalar"):
-                b.copy_(0.5 + torch.rand_like(b))
+                b.copy_(0.5 + 0.5 * torch.rand_like(b))
     return hf
 
 
