@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.components.attention import Attention, GroupedQueryAttention  # noqa: F401  (importable from here before)
 from hooked.components.kv_sharing import make_attention
 from hooked.components.forward_state import ForwardState
 from hooked.components.mlp import MLP, GatedMLP

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_supported
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed, shared_layer_norm
 from hooked.loading.registry import register_architecture
 
@@ -38,7 +38,7 @@ def convert_codegen_config(hf: Any) -> dict:
         n_ctx=hf.n_positions,
         d_mlp=hf.n_inner or 4 * hf.n_embd,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.activation_function, hf.activation_function),
+        act_fn=require_activation(hf, "activation_function"),
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
         positional_embedding_type="rotary",

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 import torch
 from jaxtyping import Float
 
+from hooked.loading.config_checks import ROPE_TYPES, family_of, require_rope_types
+
 # HF `hidden_act` / `activation_function` names -> `cfg.act_fn`.
 ACT_FN_NAMES = {"swish": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new"}
 
@@ -68,6 +70,7 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | Non
     Per-layer-type parameters (`{"sliding_attention": {...}, "full_attention": {...}}`,
     Gemma 3, OLMo 3) are read for `layer_type`; see `per_layer_type_rope`.
     """
+    require_rope_types(hf, family_of(hf), ROPE_TYPES, layer_type)  # refuse a kind components/rotary.py lacks
     params = getattr(hf, "rope_parameters", None)
     if params is None:  # transformers 4.x
         params = getattr(hf, "rope_scaling", None)

@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, heads_in, heads_out, per_layer_type_rope, strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_rope_types, require_supported
+from hooked.loading.common import heads_in, heads_out, per_layer_type_rope, strip_prefix, unembed_weights
+from hooked.loading.config_checks import require_activation, require_rope_types, require_supported
 from hooked.loading.gemma import scaled_embedding
 from hooked.loading.llama import gated_mlp_weights, local_attention
 from hooked.loading.registry import register_architecture
@@ -64,7 +64,6 @@ def layer_attribute(text: Any, layer: int, name: str) -> Any:
 
 def gemma_ple_config(text: Any, architecture: str) -> dict:
     """The fields Gemma 3n and Gemma 4 share: norms, attention, sliding layers, per-layer inputs."""
-    act = text.hidden_activation
     is_sliding = [kind == "sliding_attention" for kind in text.layer_types]
     d_ple = text.hidden_size_per_layer_input or None
     return dict(
@@ -75,7 +74,7 @@ def gemma_ple_config(text: Any, architecture: str) -> dict:
         n_layers=text.num_hidden_layers,
         n_ctx=text.max_position_embeddings,
         d_vocab=text.vocab_size,
-        act_fn=ACT_FN_NAMES.get(act, act),
+        act_fn=require_activation(text, "hidden_activation"),
         gated_mlp=True,
         eps=text.rms_norm_eps,
         normalization_type="RMS",

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_supported
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_architecture
 
@@ -44,7 +44,7 @@ def convert_xglm_config(hf: Any) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.ffn_dim,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.activation_function, hf.activation_function),
+        act_fn=require_activation(hf, "activation_function"),
         eps=1e-5,  # nn.LayerNorm's default: XGLM's config has no eps
         normalization_type="LN",
         positional_embedding_type="standard",
