@@ -48,12 +48,16 @@ class AltUpStreams(nn.Module):
         self.hook_expanded = HookPoint()  # [batch, pos, stream, d_model]: the streams entering block 0
         self.hook_collapsing = HookPoint()  # [batch, pos, stream, d_model]: rescaled, before their mean
 
-    def expand(self, embed: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos stream d_model"]:
+    def expand(
+        self, embed: Float[torch.Tensor, "batch pos d_model"]
+    ) -> Float[torch.Tensor, "batch pos stream d_model"]:
         target = torch.mean(embed**2, dim=-1, keepdim=True) ** 0.5  # [batch, pos, 1]
         streams = [embed] + [match_magnitude(F.linear(embed, W.t()), target) for W in self.W_up]
         return self.hook_expanded(torch.stack(streams, dim=2))  # [batch, pos, stream, d_model]
 
-    def collapse(self, resid: Float[torch.Tensor, "batch pos stream d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+    def collapse(
+        self, resid: Float[torch.Tensor, "batch pos stream d_model"]
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
         first = resid[:, :, 0]  # [batch, pos, d_model]
         target = torch.mean(first**2, dim=-1, keepdim=True) ** 0.5  # [batch, pos, 1]
         rest = [match_magnitude(F.linear(resid[:, :, i + 1], W.t()), target) for i, W in enumerate(self.W_down)]
@@ -92,7 +96,9 @@ class AltUp(nn.Module):
         return self.hook_predictions((mixed + resid).type_as(resid))
 
     def correct(
-        self, predictions: Float[torch.Tensor, "batch pos stream d_model"], activated: Float[torch.Tensor, "batch pos d"]
+        self,
+        predictions: Float[torch.Tensor, "batch pos stream d_model"],
+        activated: Float[torch.Tensor, "batch pos d_model"],
     ) -> Float[torch.Tensor, "batch pos stream d_model"]:
         modalities = self.modalities(activated)  # [batch, pos, stream]
         innovation = self.hook_innovation(activated - predictions[:, :, self.active])  # [batch, pos, d_model]

@@ -34,7 +34,9 @@ class SharedKVAttention(Attention):
         """No key or value weights: they are the lending layer's."""
 
     def kv_weights(self, n_heads: int):
-        raise AttributeError(f"layer {self.layer} has no W_K/W_V: it attends to layer {self.kv_source}'s keys and values")
+        raise AttributeError(
+            f"layer {self.layer} has no W_K/W_V: it attends to layer {self.kv_source}'s keys and values"
+        )
 
     def _qkv(
         self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor, state: ForwardState

@@ -55,7 +55,11 @@ logger = logging.getLogger(__name__)
 def gemma_config(hf: Any, architecture: str) -> dict:
     """Fields shared by every Gemma generation."""
     require_supported(  # EmbeddingGemma: an encoder
-        hf, "Gemma", "use_bidirectional_attention", (None, False), describe="causal attention only (None, False)"
+        hf,
+        "Gemma",
+        "use_bidirectional_attention",
+        (None, False),
+        describe="causal attention only: Bidirectional Gemma (EmbeddingGemma) is an encoder",
     )
     return dict(
         d_model=hf.hidden_size,

@@ -25,7 +25,7 @@ def convert_t5_config(hf) -> dict:
             "T5",
             "num_decoder_layers",
             num_decoder_layers,
-            f"as many decoder as encoder layers ({hf.num_layers}): "
+            f"as many decoder layers as encoder layers ({hf.num_layers}): "
             "HookedEncoderDecoder, as TransformerLens, builds both stacks with n_layers",
         )
     proj = require_supported(

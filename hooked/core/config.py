@@ -78,6 +78,25 @@ class HookedTransformerConfig:
     layer_d_mlp: list[int] | None = None
     """Gemma 3n, Gemma 4: each layer's MLP width (3n's per-layer `intermediate_size`, 4's double-wide MLPs on its
     KV-shared layers); None: `d_mlp` everywhere."""
+    layer_scalar: bool = False
+    """Gemma 4: each block multiplies the residual stream it returns by a learned scalar (`blocks.{l}.layer_scalar`,
+    `[1]`): `hook_resid_post` is the scaled stream."""
+    d_per_layer_input: int | None = None
+    """Gemma 3n/4 per-layer embeddings (PLE): width of the input each layer gets of its own (`per_layer_embed`,
+    `blocks.{l}.per_layer`); None: none."""
+    d_vocab_per_layer_input: int | None = None
+    """Rows of the per-layer embedding table (tokens at or past it read row 0, as Gemma 3n); set with
+    `d_per_layer_input`."""
+    altup_num_inputs: int | None = None
+    """Gemma 3n AltUp: the residual stream is that many streams, `[batch, pos, stream, d_model]`; each block
+    runs on stream `altup_active_idx` and corrects the others (`components/altup.py`); None: one stream."""
+    altup_active_idx: int = 0
+    """Gemma 3n AltUp: the stream the block's sublayers read and the logits come from first."""
+    altup_correct_scale: bool = True
+    """Gemma 3n AltUp: the corrected active stream is scaled by `altup.correct_output_scale` before it gates the
+    per-layer input."""
+    laurel_rank: int | None = None
+    """Gemma 3n LAuReL: rank of the low-rank linear residual beside each attention (`blocks.{l}.laurel`); None: none."""
 
     # -- positions -----------------------------------------------------------------------------
     positional_embedding_type: str = "standard"
@@ -160,31 +179,6 @@ class HookedTransformerConfig:
     """OLMo-2/3, OLMoE: the q/k norm spans all heads (`n_heads * d_head`), not one `d_head` (needs `use_qk_norm`)."""
     qk_norm_per_head: bool = False
     """StableLM, Cohere: a separate q/k LayerNorm gain per head (`[head, d_head]`)."""
-    layer_scalar: bool = False
-    """Gemma 4: each block multiplies the residual stream it returns by a learned scalar (`blocks.{l}.layer_scalar`,
-    `[1]`): `hook_resid_post` is the scaled stream."""
-
-    # -- per-layer inputs, AltUp, LAuReL (Gemma 3n, Gemma 4) ------------------------------------
-    d_per_layer_input: int | None = None
-    """Gemma 3n/4 per-layer embeddings (PLE): width of the input each layer gets of its own (`per_layer_embed`,
-    `blocks.{l}.per_layer`); None: none."""
-    d_vocab_per_layer_input: int | None = None
-    """Rows of the per-layer embedding table (tokens at or past it read row 0, as Gemma 3n); set with
-    `d_per_layer_input`."""
-    altup_num_inputs: int | None = None
-    """Gemma 3n AltUp: the residual stream is that many streams, `[batch, pos, stream, d_model]`; each block
-    runs on stream `altup_active_idx` and corrects the others (`components/altup.py`); None: one stream."""
-    altup_active_idx: int = 0
-    """Gemma 3n AltUp: the stream the block's sublayers read and the logits come from first."""
-    altup_correct_scale: bool = True
-    """Gemma 3n AltUp: the corrected active stream is scaled by `altup.correct_output_scale` before it gates the
-    per-layer input."""
-    laurel_rank: int | None = None
-    """Gemma 3n LAuReL: rank of the low-rank linear residual beside each attention (`blocks.{l}.laurel`); None: none."""
-    activation_sparsity: list[float] | None = None
-    """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
-    activation (0: dense); None: dense everywhere."""
-
     # -- MLP and mixture of experts ------------------------------------------------------------
     act_fn: str | None = None
     """MLP activation, one of `ACT_FNS`; required unless `attn_only`."""
@@ -202,6 +196,9 @@ class HookedTransformerConfig:
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
     """GPT-OSS: the experts' activation is `gate * sigmoid(swiglu_alpha * gate)`."""
+    activation_sparsity: list[float] | None = None
+    """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
+    activation (0: dense); None: dense everywhere."""
 
     # -- hook switches: optional hook points (TransformerLens's flags), off by default for speed ---
     use_attn_result: bool = False
@@ -377,7 +374,9 @@ class HookedTransformerConfig:
         for name in ("layer_d_head", "layer_n_key_value_heads", "layer_d_mlp", "kv_shared_from", "activation_sparsity"):
             values = getattr(self, name)
             if values is not None and len(values) != self.n_layers:
-                raise ConfigError(f"{name} has {len(values)} entries; it needs one per layer (n_layers={self.n_layers})")
+                raise ConfigError(
+                    f"{name} has {len(values)} entries; it needs one per layer (n_layers={self.n_layers})"
+                )
         for layer, source in enumerate(self.kv_shared_from or ()):
             if source is not None and not 0 <= source < layer:
                 raise ConfigError(f"kv_shared_from[{layer}] = {source}: a layer reuses the keys of an earlier layer")
