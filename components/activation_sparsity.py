@@ -18,7 +18,7 @@ from hooked.core.hook_points import HookPoint
 
 
 class SparseGatedMLP(GatedMLP):
-    """A `GatedMLP` whose gate goes through the Gaussian top-k first (`hook_pre` before it, `hook_sparse_gate` after)."""
+    """A `GatedMLP` whose gate goes through the Gaussian top-k first (`hook_pre` before, `hook_sparse_gate` after)."""
 
     def __init__(self, cfg: HookedTransformerConfig, sparsity: float):
         super().__init__(cfg)

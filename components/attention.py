@@ -100,7 +100,7 @@ class Attention(AttentionBuffers, nn.Module):
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
         if cfg.use_v_norm:  # Gemma 3n/4: values RMS-normalized per head, without a gain
             self.v_norm = RMSNormPre(cfg, dh)
-        self.lends_kv = layer in (cfg.kv_shared_from or ())  # a later layer attends to this one's keys and values
+        self.lends_kv = cfg.lends_kv(layer)  # a later layer attends to this one's keys and values
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
         alibi = cfg.positional_embedding_type == "alibi"
         self.alibi_slopes = alibi_slopes(H, cfg.alibi_bias_max) if alibi else None

@@ -35,7 +35,7 @@ class Gemma4Block(TransformerBlock):
         if hasattr(self, "per_layer"):
             resid = resid + self.per_layer(resid, layer_slice(state, self.layer))
         if hasattr(self, "layer_scalar"):
-            resid = resid * self.layer_scalar
+            resid = resid * self.get_buffer("layer_scalar")  # [1]
         return resid
 
 

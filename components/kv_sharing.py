@@ -23,7 +23,7 @@ class SharedKVAttention(Attention):
 
     def __init__(self, cfg: HookedTransformerConfig, layer: int = 0):
         super().__init__(cfg, layer)
-        source = (cfg.kv_shared_from or [None] * cfg.n_layers)[layer]
+        source = cfg.kv_source(layer)
         assert source is not None  # make_attention builds this class only for sharing layers
         self.kv_source = source
         for name in ("k_norm", "hook_k", "hook_v", "hook_rot_k", "v_norm"):
@@ -64,7 +64,7 @@ class SharedKVAttention(Attention):
 
 def make_attention(cfg: HookedTransformerConfig, layer: int) -> Attention:
     """The attention of block `layer`: shared K/V, grouped-query or multi-head (`cfg` is the layer's config)."""
-    if cfg.kv_shared_from is not None and cfg.kv_shared_from[layer] is not None:
+    if cfg.kv_source(layer) is not None:
         return SharedKVAttention(cfg, layer)
     if cfg.uses_grouped_query_attention:
         return GroupedQueryAttention(cfg, layer)

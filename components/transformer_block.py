@@ -7,8 +7,8 @@ import torch.nn as nn
 from jaxtyping import Float, Int
 
 from hooked.components.attention import Attention, GroupedQueryAttention  # noqa: F401  (importable from here before)
-from hooked.components.kv_sharing import make_attention
 from hooked.components.forward_state import ForwardState
+from hooked.components.kv_sharing import make_attention
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.moe import make_moe
 from hooked.components.norms import make_norm

@@ -79,10 +79,9 @@ def convert_gemma3n_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[s
     n = cfg.altup_num_inputs - 1
     sd["altup_streams.W_up"] = torch.stack([hf[f"altup_projections.{i}.weight"].T for i in range(n)])
     sd["altup_streams.W_down"] = torch.stack([hf[f"altup_unembed_projections.{i}.weight"].T for i in range(n)])
-    shared = cfg.kv_shared_from or [None] * cfg.n_layers
     for layer in range(cfg.n_layers):
         p, layer_cfg = f"layers.{layer}.", cfg.layer_config(layer)
-        block = ple_attention_weights(hf, p + "self_attn.", layer_cfg, shared[layer] is not None)
+        block = ple_attention_weights(hf, p + "self_attn.", layer_cfg, cfg.kv_source(layer) is not None)
         block.update(block_norms_and_mlp(hf, p, layer_cfg))
         block.update(_altup_block(hf, p))
         sd.update({f"blocks.{layer}.{k}": v for k, v in block.items()})

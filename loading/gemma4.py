@@ -192,10 +192,9 @@ def convert_gemma4_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[st
     hf = strip_prefix(hf_state, decoder_prefix(hf_state))
     embed = hf["embed_tokens.weight"]  # [d_vocab, d_model]
     sd = {"embed.W_E": scaled_embedding(embed, cfg.embed_scale, cfg.dtype), **per_layer_embed_weights(hf, cfg)}
-    shared = cfg.kv_shared_from or [None] * cfg.n_layers
     for layer in range(cfg.n_layers):
         p, layer_cfg = f"layers.{layer}.", cfg.layer_config(layer)
-        block = ple_attention_weights(hf, p + "self_attn.", layer_cfg, shared[layer] is not None)
+        block = ple_attention_weights(hf, p + "self_attn.", layer_cfg, cfg.kv_source(layer) is not None)
         block.update(block_norms_and_mlp(hf, p, layer_cfg))
         if cfg.layer_scalar:
             block["layer_scalar"] = hf[p + "layer_scalar"]  # [1]

@@ -33,7 +33,7 @@ def ntk_alpha_base(hf: Any, d_head: int) -> float | None:
 
 def convert_hunyuan_config(hf: Any) -> dict:
     require_rope_types(hf, "HunYuanDenseV1", ROPE_TYPES)
-    fields = dict(
+    fields: dict[str, Any] = dict(
         llama_shaped_config(hf, "HunYuanDenseV1ForCausalLM"),
         use_qk_norm=True,
         qk_norm_after_rotary=True,

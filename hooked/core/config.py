@@ -437,15 +437,13 @@ class HookedTransformerConfig:
         assert self.attn_types is not None  # __post_init__ refuses use_local_attn without attn_types
         return self.attn_types
 
-    @property
-    def has_per_layer_shapes(self) -> bool:
-        """Some layer's head width, K/V heads or MLP width differs from the model's (Gemma 3n/4)."""
-        return any(self._layer_overrides(layer) for layer in range(self.n_layers))
+    def kv_source(self, layer: int) -> int | None:
+        """The earlier layer whose keys and values layer `layer` attends to (`kv_shared_from`); None: its own."""
+        return None if self.kv_shared_from is None else self.kv_shared_from[layer]
 
-    @property
-    def uses_kv_sharing(self) -> bool:
-        """Some layer attends to an earlier layer's keys and values (`kv_shared_from`)."""
-        return any(source is not None for source in self.kv_shared_from or ())
+    def lends_kv(self, layer: int) -> bool:
+        """Whether a later layer attends to layer `layer`'s keys and values."""
+        return layer in (self.kv_shared_from or ())
 
     @property
     def uses_altup(self) -> bool:

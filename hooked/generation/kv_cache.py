@@ -89,7 +89,9 @@ class HookedTransformerKeyValueCache:
         """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
         device = cfg.device if device is None else device
         entries = [
-            HookedTransformerKeyValueCacheEntry(batch_size, *entry_shape(cfg, layer), device, cfg.dtype, capacity=capacity)
+            HookedTransformerKeyValueCacheEntry(
+                batch_size, *entry_shape(cfg, layer), device, cfg.dtype, capacity=capacity
+            )
             for layer in range(cfg.n_layers)
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))

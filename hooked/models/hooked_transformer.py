@@ -20,8 +20,8 @@ from hooked.analysis.activation_cache import ActivationCache
 from hooked.components import Embed, PosEmbed, Unembed
 from hooked.components.altup import AltUpStreams
 from hooked.components.forward_state import ForwardState
-from hooked.components.per_layer_inputs import PerLayerEmbed
 from hooked.components.norms import make_norm
+from hooked.components.per_layer_inputs import PerLayerEmbed
 from hooked.components.post_norm_block import block_class
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.dtypes import cast_parameter, parameter_requires_grad

@@ -152,7 +152,7 @@ class WeightViewsMixin:
 
 def _check_stackable(cfg: HookedTransformerConfig, module: str, name: str) -> None:
     """Refuse a stacked view whose layers differ in shape or lack the weight (Gemma 3n/4), naming the per-layer read."""
-    shared = [layer for layer, source in enumerate(cfg.kv_shared_from or ()) if source is not None]
+    shared = [layer for layer in range(cfg.n_layers) if cfg.kv_source(layer) is not None]
     if shared and module == "attn" and name[-1] in "KV":
         raise NotImplementedError(
             f"{name} has no value in layers {shared}: they attend to an earlier layer's keys and values "

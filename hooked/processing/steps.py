@@ -232,7 +232,7 @@ def _ln1_readers(cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, st
     """What reads `blocks.{layer}.ln1`'s output: `(weight, bias)` keys of the q/k/v projections."""
     attn, kv = f"blocks.{layer}.attn.", _kv(cfg.layer_config(layer))
     readers = [(attn + "W_Q", attn + "b_Q")]
-    if not (cfg.kv_shared_from and cfg.kv_shared_from[layer] is not None):  # a KV-sharing layer projects q only
+    if cfg.kv_source(layer) is None:  # a KV-sharing layer projects q only
         readers += [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
     return readers
 

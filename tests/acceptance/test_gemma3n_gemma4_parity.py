@@ -51,7 +51,7 @@ def pair(request):
 
 
 def test_logits_and_every_resid_post_match_hf(pair):
-    """Gemma 3n's layers return the AltUp streams: HF's `[stream, batch, pos, d]`, hooked's `[batch, pos, stream, d]`."""
+    """Gemma 3n layers return AltUp streams: HF's `[stream, batch, pos, d]`, hooked's `[batch, pos, stream, d]`."""
     _, hf, model = pair
     t = tokens()
     ref_blocks = hf_block_outputs(hf, decoder_layers(hf), t)
@@ -233,7 +233,7 @@ def test_stacked_views_refuse_what_varies_by_layer():
 
 @pytest.mark.parametrize("name", ["gemma4_image_text_tower", "gemma3n_altup_laurel_sparse"])
 def test_loads_by_path_and_hooked_inspect_runs(name, tmp_path, capsys):
-    """A checkpoint directory (config, safetensors, tokenizer) loads by path, and `hooked inspect --model PATH` works."""
+    """A checkpoint directory (config, safetensors, tokenizer) loads by path; `hooked inspect --model PATH` works."""
     from hooked import HookedTransformer
     from hooked.cli import main
 

@@ -106,7 +106,9 @@ def test_the_refused_values_are_real_hf_values():
         if hf_class == "MptForCausalLM":
             small = dict(d_model=16, n_heads=2, n_layers=1, vocab_size=32)
         if hf_class == "Qwen2MoeForCausalLM":
-            small.update(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8, shared_expert_intermediate_size=8)
+            small.update(
+                num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8, shared_expert_intermediate_size=8
+            )
         getattr(transformers, hf_class)(hf_config(hf_class, **small, **changes))
 
 
