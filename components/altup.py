@@ -60,9 +60,13 @@ class AltUpStreams(nn.Module):
     ) -> Float[torch.Tensor, "batch pos d_model"]:
         first = resid[:, :, 0]  # [batch, pos, d_model]
         target = torch.mean(first**2, dim=-1, keepdim=True) ** 0.5  # [batch, pos, 1]
-        rest = [match_magnitude(F.linear(resid[:, :, i + 1], W.t()), target) for i, W in enumerate(self.W_down)]
-        streams = self.hook_collapsing(torch.stack([first, *rest], dim=2))  # [batch, pos, stream, d_model]
-        return streams.mean(dim=2)  # [batch, pos, d_model]
+        # each stream contiguous, as HF's `[stream, batch, pos, d]` slices: float16 matmuls round by layout
+        streams_in = [resid[:, :, i + 1].contiguous() for i in range(len(self.W_down))]
+        rest = [match_magnitude(F.linear(x, W.t()), target) for x, W in zip(streams_in, self.W_down, strict=True)]
+        stacked = torch.stack([first, *rest], dim=0)  # [stream, batch, pos, d_model], HF's layout
+        streams = self.hook_collapsing(stacked.permute(1, 2, 0, 3))  # [batch, pos, stream, d_model]
+        # the mean over HF's leading stream axis: a mean over the middle axis rounds otherwise in float16
+        return streams.permute(2, 0, 1, 3).mean(dim=0)  # [batch, pos, d_model]
 
 
 class AltUp(nn.Module):

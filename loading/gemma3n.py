@@ -77,8 +77,9 @@ def convert_gemma3n_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[s
     embed = hf["embed_tokens.weight"]  # [d_vocab, d_model]
     sd = {"embed.W_E": scaled_embedding(embed, cfg.embed_scale, cfg.dtype), **per_layer_embed_weights(hf, cfg)}
     n = cfg.altup_num_inputs - 1
-    sd["altup_streams.W_up"] = torch.stack([hf[f"altup_projections.{i}.weight"].T for i in range(n)])
-    sd["altup_streams.W_down"] = torch.stack([hf[f"altup_unembed_projections.{i}.weight"].T for i in range(n)])
+    # [stream - 1, d_model, d_model] views of HF's stacked `[out, in]` weights: each matmul reads HF's layout
+    sd["altup_streams.W_up"] = torch.stack([hf[f"altup_projections.{i}.weight"] for i in range(n)]).mT
+    sd["altup_streams.W_down"] = torch.stack([hf[f"altup_unembed_projections.{i}.weight"] for i in range(n)]).mT
     for layer in range(cfg.n_layers):
         p, layer_cfg = f"layers.{layer}.", cfg.layer_config(layer)
         block = ple_attention_weights(hf, p + "self_attn.", layer_cfg, cfg.kv_source(layer) is not None)
