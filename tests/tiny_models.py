@@ -10,7 +10,7 @@ norm gains 1 + N(0, 0.2²). (With N(0, 0.25²) everywhere the residual reaches |
 float32 rounding alone, with the same math done in a different order, exceeds 1e-5.)
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
-decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
+decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, Gemma 3n/4, mixtures of experts,
 the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
