@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.helpers import hf_block_outputs
-from tests.tiny_models import GEMMA_PLE_CONFIGS, VOCAB, hooked_from, make_tokenizer, tiny_gemma_ple
+from tests.tiny_models import GEMMA_PLE_CONFIGS, VOCAB, hooked_from, tiny_gemma_ple
 
 ATOL = 1e-5
 
@@ -229,22 +229,3 @@ def test_stacked_views_refuse_what_varies_by_layer():
     with pytest.raises(NotImplementedError, match="d_head differ"):
         model.W_Q  # noqa: B018
     assert model.blocks[1].attn.W_Q.shape == (4, 32, 16)
-
-
-@pytest.mark.parametrize("name", ["gemma4_image_text_tower", "gemma3n_altup_laurel_sparse"])
-def test_loads_by_path_and_hooked_inspect_runs(name, tmp_path, capsys):
-    """A checkpoint directory (config, safetensors, tokenizer) loads by path; `hooked inspect --model PATH` works."""
-    from hooked import HookedTransformer
-    from hooked.cli import main
-
-    vocab = 300  # the tokenizer's
-    hf = tiny_gemma_ple(name, seed=2, vocab_size=vocab, vocab_size_per_layer_input=vocab)
-    hf.save_pretrained(tmp_path, safe_serialization=True)
-    make_tokenizer(prepends_bos=True).save_pretrained(tmp_path)
-    model = HookedTransformer.from_pretrained_no_processing(str(tmp_path))
-    t = torch.randint(3, vocab, (1, 10), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert max_abs(model(t), hf(t).logits) <= ATOL
-    assert main(["inspect", "The quick brown fox", "--model", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "Logit lens" in out and "final resid" in out
