@@ -57,3 +57,17 @@ def test_loads_by_path_and_hooked_inspect_runs(hf_class, tmp_path, capsys):
     assert main(["inspect", "The quick brown fox", "--model", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Top next tokens" in out and "Logit lens" in out and "final resid" in out
+
+
+@pytest.mark.parametrize("hf_class", ["Gemma4ForCausalLM", "Gemma3nForCausalLM"])
+def test_streamed_part_by_part_loading_equals_loading_whole(hf_class, tmp_path):
+    """`device_map` converts one block at a time: the model-level per-layer table and AltUp projections belong to
+    no block (their numbered lists are not the block list)."""
+    from hooked import HookedTransformer
+
+    BUILDERS[hf_class]().save_pretrained(tmp_path, safe_serialization=True)
+    whole = HookedTransformer.from_pretrained_no_processing(str(tmp_path))
+    streamed = HookedTransformer.from_pretrained_no_processing(str(tmp_path), device_map={"": "cpu"})
+    t = torch.randint(3, VOCAB, (1, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(streamed(t), whole(t))
