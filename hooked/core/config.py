@@ -437,6 +437,12 @@ class HookedTransformerConfig:
         assert self.attn_types is not None  # __post_init__ refuses use_local_attn without attn_types
         return self.attn_types
 
+    @property
+    def residual_is_sum_of_sublayers(self) -> bool:
+        """The residual stream is the embedding plus what every attention and MLP wrote: not in Gemma 3n/4, whose
+        per-layer inputs, layer scalars, AltUp streams and LAuReL also write or scale it."""
+        return not (self.d_per_layer_input or self.layer_scalar or self.uses_altup or self.laurel_rank)
+
     def kv_source(self, layer: int) -> int | None:
         """The earlier layer whose keys and values layer `layer` attends to (`kv_shared_from`); None: its own."""
         return None if self.kv_shared_from is None else self.kv_shared_from[layer]

@@ -229,3 +229,24 @@ def test_stacked_views_refuse_what_varies_by_layer():
     with pytest.raises(NotImplementedError, match="d_head differ"):
         model.W_Q  # noqa: B018
     assert model.blocks[1].attn.W_Q.shape == (4, 32, 16)
+
+
+@pytest.mark.parametrize(
+    ("name", "method", "message"),
+    [
+        ("gemma4_kv_shared_ple", "decompose_resid", "not the sum"),
+        ("gemma4_kv_shared_ple", "get_full_resid_decomposition", "not the sum"),
+        ("gemma3n_altup_laurel_sparse", "accumulated_resid", "AltUp streams"),
+        ("gemma3n_altup_laurel_sparse", "logit_lens", "AltUp streams"),
+    ],
+)
+def test_decompositions_that_do_not_hold_are_refused(name, method, message):
+    """The residual stream of Gemma 3n/4 is no sum of embedding and sublayer outputs (Gemma 3n: several streams)."""
+    model = hooked_from(tiny_gemma_ple(name, seed=1))
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens(1, 6))
+    with pytest.raises(NotImplementedError, match=message):
+        getattr(cache, method)()
+    if name.startswith("gemma4"):  # the stream itself is one: the logit lens reads it
+        lens = cache.logit_lens()
+        assert max_abs(lens[-1], model(tokens(1, 6))) <= ATOL
