@@ -546,25 +546,28 @@ class LayerConfig(HookedTransformerConfig):
     The per-layer shape fields come from `overrides`; every other field is read from the model's
     config on each access, and writes go to it, so a switch flipped on `model.cfg` (`use_attn_result`,
     `attn_implementation`, ...) reaches every layer. Properties (`n_kv_heads`, ...) see the overrides.
+    Each field is a plain Python property (`_view_field`), which `torch.compile` traces.
     """
 
     def __init__(self, base: HookedTransformerConfig, overrides: dict[str, Any]):  # no dataclass __init__: a view
-        object.__setattr__(self, "_base", base)
-        object.__setattr__(self, "_overrides", dict(overrides))
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in _VIEW_FIELDS:
-            overrides = object.__getattribute__(self, "_overrides")
-            if name in overrides:
-                return overrides[name]
-            return getattr(object.__getattribute__(self, "_base"), name)
-        return object.__getattribute__(self, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(object.__getattribute__(self, "_base"), name, value)
+        self.__dict__["_base"] = base
+        self.__dict__["_overrides"] = dict(overrides)
 
     def layer_config(self, layer: int) -> HookedTransformerConfig:
-        return object.__getattribute__(self, "_base").layer_config(layer)
+        return self.__dict__["_base"].layer_config(layer)
+
+
+def _view_field(name: str) -> property:
+    """`LayerConfig.<name>`: the layer's override, else the model config's current value; writes go to the model's."""
+
+    def get(self: LayerConfig) -> Any:
+        overrides = self.__dict__["_overrides"]
+        return overrides[name] if name in overrides else getattr(self.__dict__["_base"], name)
+
+    def set_(self: LayerConfig, value: Any) -> None:
+        setattr(self.__dict__["_base"], name, value)
+
+    return property(get, set_)
 
 
 def _field_names() -> list[str]:
@@ -599,4 +602,5 @@ def _init_with_field_check(init):
 
 
 HookedTransformerConfig.__init__ = _init_with_field_check(HookedTransformerConfig.__init__)
-_VIEW_FIELDS = frozenset(f.name for f in dataclasses.fields(HookedTransformerConfig))
+for _field in dataclasses.fields(HookedTransformerConfig):
+    setattr(LayerConfig, _field.name, _view_field(_field.name))
