@@ -50,6 +50,11 @@ def gelu_bloom(x: torch.Tensor) -> torch.Tensor:
     return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
 
 
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """OpenAI CLIP's sigmoid approximation of GELU, `x * sigmoid(1.702 x)` (HF's `QuickGELUActivation`)."""
+    return x * torch.sigmoid(1.702 * x)
+
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
@@ -60,6 +65,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "solu": solu,
     "solu_ln": solu,
+    "quick_gelu": quick_gelu,
 }
 
 

@@ -219,6 +219,8 @@ class Attention(AttentionBuffers, nn.Module):
 
     def _rotary_tables(self, state: ForwardState, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """This call's cos and sin `[batch, pos, 1, rotary_dim]` (shared by the layers with the same frequencies)."""
+        if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
+            return state.rotary_tables
         table_dtype = torch.float32 if self.cfg.rotary_tables_in_fp32 else dtype
         if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
             return self._stored_cos_sin(state, table_dtype)
@@ -283,10 +285,10 @@ class Attention(AttentionBuffers, nn.Module):
         self,
         q: Float[torch.Tensor, "batch pos head d_head"],
         k: Float[torch.Tensor, "batch n_keys kv_head d_head"],
-        v: Float[torch.Tensor, "batch n_keys kv_head d_head"],
+        v: Float[torch.Tensor, "batch n_keys kv_head d_value"],
         state: ForwardState,
-    ) -> Float[torch.Tensor, "batch head pos d_head"]:
-        mask, is_causal = state.sdpa_mask(self.window)
+    ) -> Float[torch.Tensor, "batch head pos d_value"]:
+        mask, is_causal = self._sdpa_mask(state)
         if self.alibi_slopes is not None:  # the bias rides in a float mask, -inf where masked
             mpt = self.cfg.alibi_bias_max is not None
             mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype, mpt), False
@@ -314,6 +316,14 @@ class Attention(AttentionBuffers, nn.Module):
         valid = state.valid_queries(self.window)
         return z if valid is None else torch.where(valid, z, 0.0)
 
+    def _allowed(self, state: ForwardState) -> torch.Tensor | None:
+        """Which keys each query may attend to, `[batch or 1, 1, q, k]` (None: all); sparse attention narrows it."""
+        return state.allowed(self.window)
+
+    def _sdpa_mask(self, state: ForwardState) -> tuple[torch.Tensor | None, bool]:
+        """`(attn_mask, is_causal)` for SDPA, the same keys as `_allowed`."""
+        return state.sdpa_mask(self.window)
+
     def _pattern(self, q, k, dtype: torch.dtype, state: ForwardState) -> Float[torch.Tensor, "batch head q_pos k_pos"]:
         """Scores and softmax pattern through their hooks, from `[batch, head, pos, d_head]` q and k.
 
@@ -336,7 +346,7 @@ class Attention(AttentionBuffers, nn.Module):
             cap = self.cfg.attn_scores_soft_cap
             scores = cap * torch.tanh(scores / cap)
         stored = self._stored_masking()  # TransformerLens's mask / IGNORE buffers, read or assigned
-        allowed = self._stored_allowed(state) if stored else state.allowed(self.window)
+        allowed = self._stored_allowed(state) if stored else self._allowed(state)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, self._ignore_value())
         scores = self.hook_attn_scores(scores)

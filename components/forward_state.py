@@ -38,6 +38,12 @@ class ForwardState:
             of this call (`per_layer_embed`), which block l reads at index l.
         shared_kv: the keys and values `[batch, n_keys, kv_head, d_head]` each layer lends to later
             layers this call (`cfg.kv_shared_from`), by lending layer.
+        key_blocks: `[batch, n_keys]` ids of bidirectional blocks, -1 elsewhere: a causal query
+            also sees every key of its own block (Gemma 3's images); a bidirectional query sees
+            only its own block's keys (Qwen2.5-VL's vision windows); None: no blocks.
+        rotary_tables: `(cos, sin)` `[batch or 1, n_queries, 1, rot]` the model built from
+            positions of its own (Qwen2.5-VL's 2-D and 3-D rotary): every rotary layer uses
+            them instead of tables from `positions`; None: from `positions`.
     """
 
     attention_mask: Int[torch.Tensor, "batch n_keys"] | None
@@ -52,6 +58,8 @@ class ForwardState:
     step_index: Int[torch.Tensor, ""] | None = None
     per_layer_inputs: Float[torch.Tensor, "batch n_queries n_layers d_per_layer"] | None = None
     shared_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    key_blocks: Int[torch.Tensor, "batch n_keys"] | None = None
+    rotary_tables: tuple[torch.Tensor, torch.Tensor] | None = None
     _memo: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -96,6 +104,10 @@ class ForwardState:
             query_columns=move(self.query_columns),
             step_index=move(self.step_index),
             per_layer_inputs=move(self.per_layer_inputs),
+            key_blocks=move(self.key_blocks),
+            rotary_tables=None
+            if self.rotary_tables is None
+            else (move(self.rotary_tables[0]), move(self.rotary_tables[1])),
             _memo={},
         )
 
@@ -114,15 +126,26 @@ class ForwardState:
         q_col = self.query_column_ids()[:, None]  # [q, 1]
         k_col = torch.arange(self.n_keys, device=device)[None, :]  # [1, k]
         allowed = None
-        if self.causal and self.n_queries > 1 or window is not None:
+        if self.causal and self.n_queries > 1 or window is not None or self.key_blocks is not None:
             allowed = k_col <= q_col if self.causal else torch.ones_like(k_col <= q_col)
+            allowed = allowed[None, None]  # [1, 1, q, k]
+            if self.key_blocks is not None:  # causal OR same block, then the window (HF's Gemma 3 order)
+                same = self._same_block(q_col[:, 0])
+                allowed = allowed | same if self.causal else same  # bidirectional: within the block only
             if window is not None:
                 allowed = allowed & (k_col > q_col - window)
-            allowed = allowed[None, None]  # [1, 1, q, k]
         if self.attention_mask is not None:
             keys = self.attention_mask.bool()[:, None, None, :]  # [batch, 1, 1, k]
             allowed = keys if allowed is None else allowed & keys
         return allowed
+
+    def _same_block(self, q_col: Int[torch.Tensor, "n_queries"]) -> Bool[torch.Tensor, "batch 1 n_queries n_keys"]:
+        """Query and key lie in the same bidirectional block (never for -1, the keys outside every block)."""
+        assert self.key_blocks is not None  # called only when there are blocks
+        blocks = self.key_blocks.to(q_col.device)  # [batch, n_keys]
+        q_blocks = blocks.index_select(1, q_col)  # [batch, n_queries]
+        same = (q_blocks[:, :, None] == blocks[:, None, :]) & (q_blocks[:, :, None] >= 0)  # [batch, q, k]
+        return same[:, None]  # [batch, 1, q, k]
 
     def query_column_ids(self) -> Int[torch.Tensor, "n_queries"]:
         """The key columns of the new positions: the last `n_queries` unless `query_columns` says otherwise."""
@@ -140,7 +163,8 @@ class ForwardState:
 
     def sdpa_mask(self, window: int | None = None) -> tuple[torch.Tensor | None, bool]:
         """`(attn_mask, is_causal)` for `scaled_dot_product_attention`."""
-        if self.causal and window is None and self.attention_mask is None and self.n_queries == self.n_keys:
+        plain = self.attention_mask is None and self.key_blocks is None
+        if self.causal and window is None and plain and self.n_queries == self.n_keys:
             if self.n_queries > 1:  # a branch, not a value: SDPA needs a plain bool, even for symbolic sizes
                 return None, True
             return None, False

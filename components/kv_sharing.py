@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hooked.components.attention import Attention, GroupedQueryAttention, project
+from hooked.components.attention import Attention, project
 from hooked.components.forward_state import ForwardState
 from hooked.components.qk_norm import apply_qk_norm
 from hooked.core.config import HookedTransformerConfig
@@ -24,7 +24,7 @@ class SharedKVAttention(Attention):
     def __init__(self, cfg: HookedTransformerConfig, layer: int = 0):
         super().__init__(cfg, layer)
         source = cfg.kv_source(layer)
-        assert source is not None  # make_attention builds this class only for sharing layers
+        assert source is not None  # `attention_class` picks this class only for sharing layers
         self.kv_source = source
         for name in ("k_norm", "hook_k", "hook_v", "hook_rot_k", "v_norm"):
             if hasattr(self, name):
@@ -60,12 +60,3 @@ class SharedKVAttention(Attention):
             )
         k, v = state.shared_kv[self.kv_source]  # [batch, n_keys, kv_head, d_head]
         return q, k, v
-
-
-def make_attention(cfg: HookedTransformerConfig, layer: int) -> Attention:
-    """The attention of block `layer`: shared K/V, grouped-query or multi-head (`cfg` is the layer's config)."""
-    if cfg.kv_source(layer) is not None:
-        return SharedKVAttention(cfg, layer)
-    if cfg.uses_grouped_query_attention:
-        return GroupedQueryAttention(cfg, layer)
-    return Attention(cfg, layer)

@@ -130,17 +130,26 @@ class MoE(nn.Module):
 
 
 class SharedExpertMoE(MoE):
-    """Qwen2-MoE: routed experts plus one always-on expert scaled by `sigmoid(x shared_expert_gate^T)`."""
+    """Routed experts plus an always-on shared expert: Qwen2-MoE's scaled by `sigmoid(x shared_expert_gate^T)`,
+    DeepSeek's and GLM's added as is (`cfg.shared_expert_gate` False). Without `cfg.shared_expert_d_mlp`
+    (a subclass's routing, no shared expert) it is `MoE`."""
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__(cfg)
-        self.shared_expert = Expert(cfg, require_set(cfg.shared_expert_d_mlp, "shared_expert_d_mlp"), pos_axis=1)
-        self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
-        self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
+        if not cfg.shared_expert_d_mlp:
+            return
+        self.shared_expert = Expert(cfg, cfg.shared_expert_d_mlp, pos_axis=1)
+        if cfg.shared_expert_gate:
+            self.shared_expert_gate = nn.Linear(cfg.d_model, 1, bias=False, dtype=cfg.dtype)
+            self.hook_shared_expert_gate = HookPoint()  # [batch, pos, 1]: the sigmoid gate
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
+        if not self.cfg.shared_expert_d_mlp:
+            return super().forward(x)
         shared = self.shared_expert(x)  # [batch, pos, d_model]
         routed = super().forward(x)
+        if not self.cfg.shared_expert_gate:
+            return routed + shared
         gate = self.hook_shared_expert_gate(torch.sigmoid(F.linear(x, self.shared_expert_gate.weight)))
         return routed + gate * shared
 
@@ -172,6 +181,7 @@ class GptOssMoE(MoE):
 
 
 def make_moe(cfg: HookedTransformerConfig) -> MoE:
+    """The softmax-routed mixture of experts of `cfg` (`components.moe_routing.make_moe` covers every router)."""
     if cfg.shared_expert_d_mlp:
         return SharedExpertMoE(cfg)
     return GptOssMoE(cfg) if cfg.swiglu_limit is not None else MoE(cfg)

@@ -218,3 +218,20 @@ def apply_rotary(
     x_rot, x_pass = x[..., :rot], x[..., rot:]
     rotated = x_rot * cos + (_rotate_adjacent(x_rot) if adjacent else _rotate_half(x_rot)) * sin
     return torch.cat([rotated, x_pass], dim=-1)
+
+
+def apply_rotary_interleaved(
+    x: Float[torch.Tensor, "batch pos head rot"],
+    cos: Float[torch.Tensor, "#batch pos 1 rot"],
+    sin: Float[torch.Tensor, "#batch pos 1 rot"],
+) -> Float[torch.Tensor, "batch pos head rot"]:
+    """DeepSeek-V3's rotation (`cfg.rotary_interleaved_input`): adjacent pairs in, two halves out.
+
+    Pair i is `(x[2i], x[2i+1])`; the result holds every pair's rotated first element, then
+    every rotated second one, as HF's `apply_rotary_pos_emb_interleave`. The tables are the
+    half-split ones (`rotary_cos_sin(..., adjacent=False)`), whose first half has each pair's angle.
+    """
+    half = cos.shape[-1] // 2
+    cos, sin = cos[..., :half], sin[..., :half]  # [batch, pos, 1, rot/2]
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # [batch, pos, head, rot/2]: each pair's first and second element
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

@@ -6,11 +6,13 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.components.attention import Attention, GroupedQueryAttention  # noqa: F401  (importable from here before)
+from hooked.components.attention import Attention, GroupedQueryAttention
+from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
-from hooked.components.kv_sharing import make_attention
+from hooked.components.kv_sharing import SharedKVAttention
+from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
-from hooked.components.moe import make_moe
+from hooked.components.moe_routing import make_moe
 from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
@@ -29,7 +31,7 @@ class TransformerBlock(nn.Module):
         cfg = cfg.layer_config(layer)  # the model's config, or a view with this layer's shapes (Gemma 3n/4)
         self.cfg, self.layer = cfg, layer
         self.ln1 = make_norm(cfg)
-        self.attn = make_attention(cfg, layer)
+        self.attn = attention_class(cfg, layer)(cfg, layer)
         # post-sublayer norms are never folded: they keep their gain after fold_ln
         post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
         if cfg.use_normalization_before_and_after:
@@ -42,8 +44,10 @@ class TransformerBlock(nn.Module):
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
         if not cfg.attn_only:
             self.ln2 = make_norm(cfg)
-            if cfg.uses_moe:
+            if cfg.is_moe_layer(layer):
                 self.mlp = make_moe(cfg)
+            elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (DeepSeek's first layers)
+                self.mlp = GatedMLP(cfg)  # as wide as the layer's config says (`layer_d_mlp`)
             else:
                 self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
             if cfg.use_normalization_before_and_after:
@@ -121,6 +125,18 @@ class TransformerBlock(nn.Module):
 
     def _norm_mlp_out(self, out: Float[torch.Tensor, "batch pos d_model"]) -> torch.Tensor:
         return self.ln2_post(out) if self.cfg.use_normalization_before_and_after else out
+
+
+def attention_class(cfg: HookedTransformerConfig, layer: int) -> type[Attention]:
+    """The attention of block `layer` (`cfg` its `layer_config`): queries only, attending to an earlier layer's keys
+    and values (KV sharing, Gemma 3n/4); latent (MLA); sparse latent (DSA); grouped-query; or multi-head."""
+    if cfg.kv_source(layer) is not None:
+        return SharedKVAttention
+    if cfg.uses_sparse_attention:
+        return SparseLatentAttention
+    if cfg.uses_mla:
+        return MultiHeadLatentAttention
+    return GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
 
 
 def _per_head(x: Float[torch.Tensor, "batch pos d_model"], n: int) -> Float[torch.Tensor, "batch pos head d_model"]:

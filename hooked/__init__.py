@@ -24,6 +24,7 @@ from hooked.models.hooked_encoder import HookedEncoder
 from hooked.models.hooked_encoder_decoder import HookedEncoderDecoder  # T5
 from hooked.models.hooked_transformer import HookedTransformer
 from hooked.models.next_sentence_prediction import BertNextSentencePrediction
+from hooked.models.vision_language import HookedVisionLanguageModel  # LLaVA, Gemma 3 with images
 
 _moved_modules.install()
 # hooked.scale plugs into the model through its seams (the `pipeline=True` loader) when imported
@@ -43,6 +44,7 @@ __all__ = [
     "HookedTransformer",
     "HookedTransformerConfig",
     "HookedTransformerKeyValueCache",
+    "HookedVisionLanguageModel",
     "LensHandle",
     "__version__",
     "get_act_name",

@@ -81,56 +81,116 @@ def _harvest(args) -> int:
     return run(args)
 
 
+def _size(text: str) -> int | None:
+    """A byte count: `512M`, `2G`, `1.5G`, `65536` (K, M, G, T are powers of 1024); `auto` is None."""
+    if text.strip().lower() == "auto":
+        return None
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(text[-1:], 1)
+    try:
+        value = float(text[:-1] if text[-1:] in units else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 512M or 2G") from None
+    return int(value * scale)
+
+
 def _add_serve(sub) -> None:
-    p = sub.add_parser("serve", help="host a model over HTTP for many users (hooked.remote.connect)")
+    p = sub.add_parser(
+        "serve",
+        help="host a model over HTTP for many users (hooked.remote.connect)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Host a model for many users (docs/serving.md). Memory budgets marked 'auto' are shares of "
+        "the memory left after loading the model: half per request, a quarter (at most 1 GiB) per answer.",
+    )
     p.add_argument("--model", default="smollm2-135m", help="bundled name, local checkpoint directory or .gguf file")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback addresses need --tokens)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--tokens", default=None, metavar="FILE", help="'user token' per line (or env HOOKED_SERVE_TOKENS)")
+    p.add_argument("--port", type=int, default=8000, help="port to bind")
+    p.add_argument(
+        "--tokens", default=None, metavar="FILE",
+        help="'user token' per line, tokens of 16+ characters, one per user (or env HOOKED_SERVE_TOKENS)",
+    )  # fmt: skip
     p.add_argument("--no-auth", action="store_true", help="loopback only: accept requests without a token")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="device of the model (None: the CPU)")
     p.add_argument("--ssl-certfile", default=None, help="serve HTTPS with this certificate (uvicorn's option)")
     p.add_argument("--ssl-keyfile", default=None, help="the certificate's private key")
-    p.add_argument("--max-tokens-per-request", type=int, default=8192)
-    p.add_argument("--tokens-per-minute", type=int, default=200_000, help="per user")
-    p.add_argument("--max-body-mb", type=float, default=64.0)
-    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds")
-    p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
+    _add_serve_limits(p)
     p.add_argument(
         "--pipeline",
         action="store_true",
         help="under torchrun: split the model over the ranks; rank 0 answers HTTP, every rank runs each request",
     )
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors (default: off)"
+    )
+
+
+def _add_serve_limits(p) -> None:
+    p.add_argument("--max-tokens-per-request", type=int, default=8192, help="prompt + generated tokens per request")
+    p.add_argument("--tokens-per-minute", type=int, default=200_000, help="per user")
+    p.add_argument("--max-body-mb", type=float, default=64.0, help="request body size")
+    p.add_argument("--max-request-memory", type=_size, default="auto", help="memory one request may use")
+    p.add_argument("--max-answer-bytes", type=_size, default="auto", help="size of one answer")
+    p.add_argument("--request-timeout", type=float, default=120.0, help="seconds a request may queue and run")
+    p.add_argument("--max-batch", type=int, default=1, help="batch compatible forwards of different users (1: never)")
+    p.add_argument("--max-connections", type=int, default=0, help="open connections (0: 1024, below the file limit)")
+    p.add_argument("--max-connections-per-client", type=int, default=32, help="open connections per client address")
+    p.add_argument("--header-timeout", type=float, default=10.0, help="seconds to send a request head")
+    p.add_argument("--body-timeout", type=float, default=60.0, help="seconds to send a request body")
+    p.add_argument("--send-timeout", type=float, default=30.0, help="seconds for a client to read each answer slice")
+    p.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to finish work on SIGTERM")
+
+
+def _serve_options(args):
+    from hooked.serve import SchedulerOptions, ServeOptions
+    from hooked.serve.connections import ConnectionLimits
+    from hooked.serve.ops import ServeLimits
+    from hooked.serve.wire import Limits
+
+    return ServeOptions(
+        scheduler=SchedulerOptions(
+            tokens_per_minute=args.tokens_per_minute, request_timeout_s=args.request_timeout, max_batch=args.max_batch
+        ),
+        limits=ServeLimits(
+            max_tokens_per_request=args.max_tokens_per_request,
+            max_request_memory=args.max_request_memory,
+            max_answer_bytes=args.max_answer_bytes,
+        ),
+        wire=Limits(max_body_bytes=int(args.max_body_mb * 2**20)),
+        connections=ConnectionLimits(
+            max_connections=args.max_connections,
+            max_per_client=args.max_connections_per_client,
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            send_timeout_s=args.send_timeout,
+        ),  # fmt: skip
+        drain_timeout_s=args.drain_timeout,
+    )
+
+
+def _serve_logging() -> None:
+    """JSON lines on stderr for hooked serve's log and uvicorn's (no plain-text tracebacks)."""
+    from hooked.serve import JsonLogFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    for name, level in (("hooked.serve", logging.INFO), ("uvicorn", logging.WARNING)):
+        log = logging.getLogger(name)
+        log.handlers = [handler]
+        log.propagate = False
+        log.setLevel(level)
 
 
 def _serve(args) -> int:
     import os
 
     from hooked import HookedTransformer
-    from hooked.serve import JsonLogFormatter, SchedulerOptions, ServeOptions, parse_tokens, resolve_tokens, run
-    from hooked.serve.ops import ServeLimits
-    from hooked.serve.wire import Limits
+    from hooked.serve import parse_tokens, read_tokens_file, resolve_tokens, run
 
-    if args.tokens:
-        with open(args.tokens, encoding="utf-8") as f:
-            tokens = parse_tokens(f.read())
-    else:
-        tokens = parse_tokens(os.environ.get("HOOKED_SERVE_TOKENS", ""))
+    _serve_logging()
+    tokens = read_tokens_file(args.tokens) if args.tokens else parse_tokens(os.environ.get("HOOKED_SERVE_TOKENS", ""))
     tokens, generated = resolve_tokens(args.host, tokens, args.no_auth)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter())
-    log = logging.getLogger("hooked.serve")
-    log.addHandler(handler)
-    log.propagate = False
-    log.setLevel(logging.INFO)
-    options = ServeOptions(
-        scheduler=SchedulerOptions(
-            tokens_per_minute=args.tokens_per_minute, request_timeout_s=args.request_timeout, max_batch=args.max_batch
-        ),
-        limits=ServeLimits(max_tokens_per_request=args.max_tokens_per_request),
-        wire=Limits(max_body_bytes=int(args.max_body_mb * 2**20)),
-    )
+    options = _serve_options(args)
     if args.pipeline:
         model = HookedTransformer.from_pretrained(args.model, pipeline=True)
         if model.rank != 0:

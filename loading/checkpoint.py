@@ -225,3 +225,19 @@ def refuse_remote_code(where, load):
 
 def has_tokenizer(directory: Path) -> bool:
     return any((directory / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
+
+
+#: files an HF processor (image processor and tokenizer together) is saved as
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def load_processor(directory: Path):
+    """The checkpoint's HF processor (image-text models: the image processor and tokenizer), None without one.
+
+    Loaded offline from the directory; image processors need Pillow (`pip install pillow`).
+    """
+    if not any((directory / f).exists() for f in PROCESSOR_FILES):
+        return None
+    from transformers import AutoProcessor
+
+    return refuse_remote_code(directory, lambda: AutoProcessor.from_pretrained(str(directory), trust_remote_code=False))

@@ -32,6 +32,7 @@ HF_ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_pytorch_tanh",
     "silu": "silu",
     "swish": "silu",
+    "quick_gelu": "quick_gelu",  # CLIP's `x * sigmoid(1.702 x)`
 }
 
 
@@ -70,17 +71,20 @@ def family_of(hf: Any) -> str:
     return type(hf).__name__.removesuffix("Config")
 
 
-def require_activation(hf: Any, field: str, family: str | None = None, extra: Collection[str] = ()) -> str:
+def require_activation(
+    hf: Any, field: str, family: str | None = None, extra: Collection[str] = (), path: str | None = None
+) -> str:
     """hooked's `act_fn` for the HF activation `config.<field>`, refused unless hooked computes it.
 
-    `extra` admits names only some converters load (Apertus's trainable `xielu`).
+    `extra` admits names only some converters load (Apertus's trainable `xielu`); `path` names the
+    field in the message when `hf` is a sub-config (`vision_config.hidden_act`).
     """
     value = config_value(hf, field)
     if value in extra:
         return value
     if value not in HF_ACTIVATIONS:
         supported = ", ".join(sorted({*HF_ACTIVATIONS, *extra}))
-        refuse(family or family_of(hf), field, value, f"supported: {supported}")
+        refuse(family or family_of(hf), path or field, value, f"supported: {supported}")
     return HF_ACTIVATIONS[value]
 
 

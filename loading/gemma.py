@@ -189,6 +189,5 @@ def convert_gemma_weights(hf_state: Mapping[str, torch.Tensor], cfg) -> dict[str
 
 register_architecture(("GemmaForCausalLM",), convert_gemma_config, convert_gemma_weights)
 register_architecture(("Gemma2ForCausalLM",), convert_gemma2_config, convert_gemma_weights)
-register_architecture(
-    ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"), convert_gemma3_config, convert_gemma_weights
-)
+register_architecture(("Gemma3ForCausalLM",), convert_gemma3_config, convert_gemma_weights)
+# Gemma3ForConditionalGeneration (the text model with its vision tower): hooked.loading.gemma3_multimodal

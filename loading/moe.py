@@ -106,12 +106,14 @@ QWEN_EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
 MIXTRAL_EXPERT_NAMES = ("w1", "w3", "w2")
 
 
-def expert_weights(hf: Mapping[str, torch.Tensor], p: str, cfg, names: tuple[str, str, str]) -> dict[str, torch.Tensor]:
-    """Router `p + "gate.weight"` and the experts under `p + "experts."` -> TL MoE keys (views).
+def expert_weights(
+    hf: Mapping[str, torch.Tensor], p: str, cfg, names: tuple[str, str, str], router: str = "gate.weight"
+) -> dict[str, torch.Tensor]:
+    """Router `p + router` and the experts under `p + "experts."` -> TL MoE keys (views).
 
     Accepts the fused transformers-5 tensors or one `{gate, up, down}` Linear per expert.
     """
-    out = {"W_gate.weight": hf[p + "gate.weight"]}  # [num_experts, d_model]
+    out = {"W_gate.weight": hf[p + router]}  # [num_experts, d_model]
     fused = p + "experts.gate_up_proj" in hf
     if fused:
         gate_up = hf[p + "experts.gate_up_proj"]  # [num_experts, 2 * d_mlp, d_model], gate first

@@ -10,11 +10,12 @@ from typing import Any
 
 import torch
 
-from hooked.core.errors import InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.loading.checkpoint import (
     SafetensorsStateDict,
     has_tokenizer,
     load_hf_config,
+    load_processor,
     load_tokenizer,
     safetensors_files,
 )
@@ -141,6 +142,11 @@ def load_pretrained(cls, model_name: str, options: LoadOptions | None = None):
         **checkpoint_fields,
     )
     if wants_placement(**options.placement, n_devices=cfg.n_devices):
+        if cfg.vision_language is not None:
+            raise InputError(
+                f"{arch_name} is an image-text model: device_map, max_memory, offload_folder and n_devices are not "
+                "supported for it yet; load it whole on one device (device=...)"
+            )
         return _load_placed(cls, cfg, source, arch_name, options)
     protected = (
         frozenset(t.untyped_storage().data_ptr() for t in source.state.values())
@@ -151,7 +157,10 @@ def load_pretrained(cls, model_name: str, options: LoadOptions | None = None):
     tokenizer = options.tokenizer
     if tokenizer is None and source.tokenizer_path is not None:
         tokenizer = load_tokenizer(source.tokenizer_path)
-    model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=options.default_padding_side)
+    model_class = cls.model_class_for(cfg)  # an image-text config: HookedVisionLanguageModel
+    model = model_class(cfg, tokenizer, move_to_device=False, default_padding_side=options.default_padding_side)
+    if cfg.vision_language is not None and source.tokenizer_path is not None:  # image-text: the processor too
+        setattr(model, "processor", load_processor(source.tokenizer_path))  # noqa: B010 - set on the subclass only
     check_converted_shapes({k: v.shape for k, v in model.state_dict().items()}, state, tracked)
     model.load_and_process_state_dict(state, **options.processing, owned=True, protected_storages=protected)
     if options.move_to_device:

@@ -11,7 +11,9 @@ float32 rounding alone, with the same math done in a different order, exceeds 1e
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
 decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, Gemma 3n/4, mixtures of experts,
-the classic families (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT);
+latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families
+(NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT); image-text models
+(LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL: `tiny_vlm`);
 hooked models built from a `HookedTransformerConfig` alone (`tiny_hooked`); `EVERY_FAMILY`,
 one builder per decoder family for sweeps. Changing a number here changes what every
 parity test compares: add a new entry rather than edit one.
@@ -368,6 +370,132 @@ def tiny_moe(prefix: str, seed: int = 0, **overrides):
     return tiny_hf(prefix, seed, **overrides)
 
 
+# -- latent attention and routed experts (issue 37) -------------------------------------
+# d_model 32, 4 heads; MLA with a query latent of 24, a KV latent of 16, heads of 8 + 4 rotary dims
+# and values of 6 (every width differs, so a swapped factor shows); expert widths are multiples of
+# 8 (HF's half-precision grouped_mm needs 16-byte strides). Routers, q/k up-projections and DeepSeek's
+# score-correction bias (a buffer, which the generic redraw skips) are redrawn too.
+
+GRANITE_MULTIPLIERS = dict(
+    embedding_multiplier=3.0,
+    attention_multiplier=0.3,
+    residual_multiplier=0.5,
+    logits_scaling=4.0,
+    num_key_value_heads=2,
+)
+MLA = dict(
+    q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, num_key_value_heads=4,
+    moe_intermediate_size=24, n_shared_experts=1, first_k_dense_replace=1,
+)  # fmt: skip
+YARN_MSCALE = dict(
+    rope_type="yarn", factor=4.0, original_max_position_embeddings=16, mscale=0.8, mscale_all_dim=0.9, rope_theta=1e4
+)
+
+#: name -> (HF class prefix, config overrides)
+ROUTED_CONFIGS = {
+    # V2: softmax router, group-limited (2 groups of 2, one kept), routed scaling, a dense first layer
+    "deepseek_v2_group_limited": (
+        "DeepseekV2",
+        dict(
+            MLA,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="group_limited_greedy",
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=1.5,
+        ),
+    ),
+    # V2-Lite: no query latent, greedy top-k, YaRN with its attention-scale factor
+    "deepseek_v2_lite_yarn": (
+        "DeepseekV2",
+        dict(
+            MLA,
+            q_lora_rank=None,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            topk_method="greedy",
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
+    # V3: sigmoid router with correction bias, 4 groups of 2 (2 kept), interleaved rotary, YaRN, a dense first layer
+    "deepseek_v3_group_limited": (
+        "DeepseekV3",
+        dict(
+            MLA,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rope_parameters=YARN_MSCALE,
+        ),
+    ),
+    # DSA: 4 of up to 12 keys per query; layer 1 shares layer 0's selection; a dense first layer; 8 indexer
+    # heads, so a key's score is rarely an exact tie at 0 (the ReLU of every head's product)
+    "glm_moe_dsa_topk4": (
+        "GlmMoeDsa",
+        dict(
+            MLA,
+            num_hidden_layers=3,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            index_topk=4,
+            index_head_dim=8,
+            index_n_heads=8,
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            indexer_types=["full", "shared", "full"],
+        ),
+    ),
+    # GLM-4-MoE: rotary on half of each head, per-head qk-norm, q/k/v biases, 2 groups (1 kept)
+    "glm4_moe_qk_norm_groups": (
+        "Glm4Moe",
+        dict(
+            num_key_value_heads=2,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            first_k_dense_replace=1,
+            use_qk_norm=True,
+            n_group=2,
+            topk_group=1,
+            attention_bias=True,
+            routed_scaling_factor=1.5,
+        ),
+    ),
+    # PhiMoE: LayerNorms, sparsemixer, a sliding window shorter than the sequence, an lm_head bias
+    "phimoe_sparsemixer": (
+        "Phimoe",
+        dict(
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            attention_bias=True,
+            lm_head_bias=True,
+        ),
+    ),
+    # GraniteMoE: Granite's multipliers (powers of two where they scale a sum, so folding them is exact)
+    "granitemoe_multipliers": ("GraniteMoe", dict(GRANITE_MULTIPLIERS, num_local_experts=4, num_experts_per_tok=2)),
+}
+
+
+def tiny_routed(name: str, seed: int = 0, **changes):
+    """The random HF model of `ROUTED_CONFIGS[name]` (`changes` applied), every parameter and router bias redrawn."""
+    prefix, overrides = ROUTED_CONFIGS[name]
+    hf = tiny_hf(prefix, seed, **{**overrides, **changes})
+    sharp = ("q_b_proj.weight", "kv_b_proj.weight", "router.weight", "wq_b.weight", "wk.weight")
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if pname.endswith(sharp):
+                p.copy_(0.25 * torch.randn(p.shape, generator=generator))
+        for bname, b in hf.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=generator))
+    return hf
+
+
 # -- classic families (issue 13) ----------------------------------------------------------
 # Odd sizes (d_model 48, 3 or 6 heads, d_mlp 72, vocab 97), fp32, eager attention, 2 layers; q/k
 # projections (fused ones included) N(0, 0.25²), every other matrix and bias N(0, 0.1²), norm gains
@@ -628,6 +756,156 @@ def token_pair(batch: int = 3, pos: int = 6, seed: int = 0, positions=(2,)) -> t
     return clean, corrupted
 
 
+# -- image-text models: LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3 (issue 39) -------------
+# A 28-pixel image (or tile) in 7-pixel patches: a 4 x 4 grid. The ViTs have 3 blocks (LLaVA reads
+# block 2's output, -2), d_model 24 in 3 heads; the language models are 2-layer, d_model 32, with GQA.
+# Any-resolution grids up to 2 x 2 tiles; OneVision's anyres_max_1 shrinks every grid (bilinearly).
+
+VLM_PINPOINTS = [[28, 56], [56, 28], [56, 56]]
+VLM_VOCAB = 303  # make_tokenizer's 300 tokens and 3 image specials
+#: the image tokenizers' specials: LLaVA's placeholder, Gemma 3's begin/soft/end of image
+LLAVA_IMAGE_TOKEN, GEMMA_IMAGE_TOKENS = "<image>", ("<start_of_image>", "<image_soft_token>", "<end_of_image>")
+_VLM_TEXT = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=VLM_VOCAB, max_position_embeddings=128, pad_token_id=2, bos_token_id=1, eos_token_id=0,
+)  # fmt: skip
+_VLM_VISION = dict(
+    hidden_size=24, intermediate_size=40, num_hidden_layers=3, num_attention_heads=3, image_size=28, patch_size=7
+)
+_CLIP = dict(_VLM_VISION, model_type="clip_vision_model", hidden_act="quick_gelu")
+_SIGLIP = dict(_VLM_VISION, model_type="siglip_vision_model")
+
+#: name -> (HF class prefix, config kwargs)
+VLM_CONFIGS = {
+    "llava": ("Llava", dict(
+        text_config=dict(_VLM_TEXT, model_type="llama"), vision_config=_CLIP, image_token_id=300,
+        vision_feature_layer=-2, vision_feature_select_strategy="default", projector_hidden_act="gelu",
+    )),
+    "llava_next": ("LlavaNext", dict(
+        text_config=dict(_VLM_TEXT, model_type="mistral", sliding_window=None), vision_config=_CLIP,
+        image_token_id=300, image_grid_pinpoints=VLM_PINPOINTS, vision_feature_layer=[-3, -2],
+    )),
+    "llava_onevision": ("LlavaOnevision", dict(
+        text_config=dict(_VLM_TEXT, model_type="qwen2"), vision_config=_SIGLIP, image_token_id=300,
+        image_grid_pinpoints=VLM_PINPOINTS, vision_feature_layer=-1, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_1",
+    )),
+    # images at their own grid: 7-pixel patches, 2 x 2 merged into one token, windows of 28 pixels (2 x 2
+    # tokens) in blocks 0 and 1, the whole image in block 2; M-RoPE over 2 + 1 + 1 of each head's 4 frequencies
+    "qwen2_5_vl": ("Qwen2_5_VL", dict(
+        text_config=dict(_VLM_TEXT, rope_parameters=dict(rope_type="default", rope_theta=1e4, mrope_section=[2, 1, 1])),
+        vision_config=dict(depth=3, hidden_size=24, intermediate_size=40, num_heads=3, patch_size=7, window_size=28,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=32, fullatt_block_indexes=[2]),
+        image_token_id=300, video_token_id=301, vision_start_token_id=302,
+    )),
+    "gemma3_pooled": ("Gemma3", dict(
+        text_config=dict(_VLM_TEXT, head_dim=16, sliding_window=4, query_pre_attn_scalar=24,
+                         layer_types=["sliding_attention", "full_attention"], rope_parameters=GEMMA3_ROPE),
+        vision_config=dict(_SIGLIP, image_size=28, patch_size=7), mm_tokens_per_image=4, image_token_index=301,
+        boi_token_index=300, eoi_token_index=302,
+    )),
+}  # fmt: skip
+
+
+def tiny_vlm(name: str, seed: int = 0):
+    """The random HF image-text model of `VLM_CONFIGS[name]` (eager attention), every parameter redrawn.
+
+    As the decoders above: q/k N(0, 0.25²), other matrices, biases and embeddings N(0, 0.1²),
+    LayerNorm gains 1 + N(0, 0.2²); Gemma's `1 + w` norms (the text model's and the projector's)
+    w ~ N(0, 0.3²).
+    """
+    import transformers
+
+    prefix, kwargs = VLM_CONFIGS[name]
+    config = getattr(transformers, prefix + "Config")(**copy.deepcopy(kwargs), attn_implementation="eager")
+    torch.manual_seed(seed)
+    hf = getattr(transformers, prefix + "ForConditionalGeneration")(config).eval()
+    gemma = prefix == "Gemma3"
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if "norm" in pname and gemma and "vision_tower" not in pname:
+                p.copy_(0.3 * torch.randn_like(p))  # gain 1 + w
+            elif "norm" in pname:
+                p.copy_((1 if pname.endswith("weight") else 0) + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
+    return hf
+
+
+def vlm_tokenizer(name: str):
+    """`make_tokenizer` (BOS first) with the image specials of `name`'s processor, ids 300-302."""
+    tok = make_tokenizer(prepends_bos=True)
+    if name.startswith("gemma3"):
+        tok.add_special_tokens({"additional_special_tokens": list(GEMMA_IMAGE_TOKENS)})
+        boi, soft, eoi = GEMMA_IMAGE_TOKENS
+        tok._set_model_specific_special_tokens(special_tokens=dict(boi_token=boi, image_token=soft, eoi_token=eoi))
+    else:
+        tok.add_special_tokens({"additional_special_tokens": [LLAVA_IMAGE_TOKEN, "<extra1>", "<extra2>"]})
+    return tok
+
+
+def vlm_image_processor(name: str):
+    """The slow (PIL) image processor of `name`'s family for 28-pixel tiles (no torchvision needed)."""
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+        LlavaOnevisionImageProcessorPil,
+    )
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    square = dict(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    return {
+        "llava": lambda: CLIPImageProcessorPil(**square),
+        "llava_next": lambda: LlavaNextImageProcessorPil(**square, image_grid_pinpoints=VLM_PINPOINTS),
+        "llava_onevision": lambda: LlavaOnevisionImageProcessorPil(
+            size={"height": 28, "width": 28}, image_grid_pinpoints=VLM_PINPOINTS
+        ),
+        "gemma3_pooled": lambda: Gemma3ImageProcessorPil(size={"height": 28, "width": 28}),
+        "qwen2_5_vl": lambda: Qwen2VLImageProcessorPil(
+            patch_size=7, merge_size=2, temporal_patch_size=2, min_pixels=14 * 14, max_pixels=56 * 56
+        ),
+    }[name]()
+
+
+def vlm_processor(name: str):
+    """The HF processor of `name` (image processor and tokenizer). LLaVA-OneVision's and Qwen2.5-VL's need
+    torchvision (for their video processors), which this environment lacks: None for them."""
+    import transformers
+
+    tok, images = vlm_tokenizer(name), vlm_image_processor(name)
+    clip = dict(patch_size=7, vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    if name == "llava":
+        return transformers.LlavaProcessor(image_processor=images, tokenizer=tok, **clip)
+    if name == "llava_next":
+        return transformers.LlavaNextProcessor(image_processor=images, tokenizer=tok, **clip)
+    if name == "gemma3_pooled":
+        return transformers.Gemma3Processor(image_processor=images, tokenizer=tok, image_seq_length=4)
+    return None
+
+
+def save_tiny_vlm(name: str, directory, seed: int = 0):
+    """Save `tiny_vlm(name, seed)`, its tokenizer and (where it can be built) its processor to `directory`;
+    return the HF model."""
+    hf = tiny_vlm(name, seed)
+    hf.save_pretrained(directory)
+    processor = vlm_processor(name)
+    if processor is not None:
+        processor.save_pretrained(directory)
+    else:
+        vlm_tokenizer(name).save_pretrained(directory)
+    return hf
+
+
+def tiny_image(seed: int = 0, height: int = 40, width: int = 70):
+    """A random RGB PIL image of `height` x `width` pixels (not square: any-resolution grids are 1 x 2)."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
 # -- one builder per decoder family, for sweeps (half precision, compile, static cache, CUDA) --
 
 
@@ -667,6 +945,13 @@ def _moe(name: str) -> Callable:
     def build(seed: int = 0):
         prefix, overrides = MOE_CONFIGS[name]
         return tiny_moe(prefix, seed=seed, **overrides)
+
+    return build
+
+
+def _routed(name: str) -> Callable:
+    def build(seed: int = 0):
+        return tiny_routed(name, seed=seed)
 
     return build
 
@@ -744,4 +1029,10 @@ EVERY_FAMILY: dict[str, Callable[..., torch.nn.Module]] = {
     "gemma4": _gemma_ple("gemma4_kv_shared_ple"),
     "gemma4_multimodal": _gemma_ple("gemma4_image_text_tower"),
     "gemma3n": _gemma_ple("gemma3n_altup_laurel_sparse"),
+    "deepseek_v2": _routed("deepseek_v2_group_limited"),
+    "deepseek_v3": _routed("deepseek_v3_group_limited"),
+    "glm_moe_dsa": _routed("glm_moe_dsa_topk4"),
+    "glm4_moe": _routed("glm4_moe_qk_norm_groups"),
+    "phimoe": _routed("phimoe_sparsemixer"),
+    "granitemoe": _routed("granitemoe_multipliers"),
 }

@@ -181,7 +181,15 @@ class CacheAnalysisMixin:
                 "inside its blocks (ln1/ln2 normalize the sublayer outputs); apply_ln works at the final layer only"
             )
         which = "ln2" if mlp_input else "ln1"
-        return getattr(self.model.blocks[layer], which), f"blocks.{layer}.{which}.hook_scale"
+        norm = getattr(self.model.blocks[layer], which, None)
+        if norm is None:  # an attention-only block has no ln2: no MLP reads the stream there
+            if self.model.cfg.normalization_type is None:
+                return nn.Identity(), f"blocks.{layer}.{which}.hook_scale"  # no norm anywhere: as TransformerLens
+            raise InputError(
+                f"mlp_input=True at layer {layer}: this attention-only model has no MLP, so no {which} reads the "
+                "residual stream there; drop mlp_input"
+            )
+        return norm, f"blocks.{layer}.{which}.hook_scale"
 
     def _cached_scale(
         self, layer: int, mlp_input: bool, pos_slice: Slice, batch_slice: Slice | None = None

@@ -13,7 +13,9 @@ and writes it only where its selection applies:
     steps       generation steps (`model.forward_state.step`: 0 = prompt, t = t-th new token)
 
 Selections are boolean masks built from the activation's shape and applied with `torch.where`,
-so no Python branch depends on a tensor's values and the hooks trace under `torch.compile`.
+so no Python branch depends on a tensor's values and the hooks trace under `torch.compile`: every
+intervention is marked `compile_safe`, so `generate(..., cache_implementation="static", compile=True)`
+runs it inside the compiled decode step (and `steps=` becomes a device-side gate there).
 `chain(a, b, ...)` (or `a.then(b)`) applies interventions in order at one hook point.
 
     from hooked.analysis import interventions as iv
@@ -88,6 +90,9 @@ class Intervention(AtSteps):
     op = ""
     params: tuple[str, ...] = ()
     tensors: tuple[str, ...] = ()
+    #: tensor ops only, shapes read from the activation, a new tensor returned: traced whole by
+    #: `torch.compile` (`hooked.generation.static_cache.is_compile_safe` reads this)
+    compile_safe = True
 
     def __init__(self, positions=None, heads=None, rows=None, steps=None):
         self.positions = _indices(positions, "positions")
@@ -332,6 +337,11 @@ class Chain(AtSteps):
     """Several interventions applied in order at one hook point (each with its own selection)."""
 
     op = "chain"
+
+    @property
+    def compile_safe(self) -> bool:
+        """Traced whole unless an item has `steps=`: an item's own step check reads the step on the host."""
+        return all(item.step_list is None for item in self.items)
 
     def __init__(self, items: Sequence[Intervention]):
         items = list(items)

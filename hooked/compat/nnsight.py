@@ -16,21 +16,41 @@ runs nnsight's per-instance forward, and one nnsight waits on counts as an editi
     nm = HookedNNsight(model)
     with nm.trace("The Eiffel Tower is in") as tracer:
         z = nm.blocks[0].attn.hook_z.output.save()
+
+nnsight runs a `hooked` model locally: `remote=True` (NDIF's remote execution) and a
+`hooked.remote.RemoteModel` are refused with an error that points to `hooked.remote`, where a
+model on a server is driven with interventions (docs/nnsight.md, "Remote execution").
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from jaxtyping import Int
 
-from hooked.core.errors import InputTypeError
+from hooked.core.errors import InputError, InputTypeError
 from hooked.generation.loop import generate_stream
 from hooked.models.tokenization import pad_rows
 
 if TYPE_CHECKING:
     from hooked.models.hooked_transformer import HookedTransformer
+
+
+def _load_anyio_before_nnsight() -> None:
+    """nnsight mounts `.save()` on every Python object when imported, and anyio (the async layer under
+    `hooked serve`'s Starlette and uvicorn) then refuses to define its typed-attribute classes (`TypeError:
+    Attribute 'save' is missing its type annotation`), so a server started in this process afterwards would
+    fail on its first request. Loading anyio's asyncio backend before nnsight avoids that."""
+    if "nnsight" in sys.modules or importlib.util.find_spec("anyio") is None:
+        return
+    importlib.import_module("anyio._backends._asyncio")
+
+
+_load_anyio_before_nnsight()
 
 try:
     from nnsight import NNsight
@@ -44,6 +64,40 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 # HuggingFace's `generate` decodes greedily unless asked to sample; hooked's samples by default.
 GENERATE_DEFAULTS = dict(do_sample=False, verbose=False)
 
+#: where a remote user goes instead (named by both errors below)
+REMOTE_DOCS = "docs/nnsight.md, section 'Remote execution'"
+_REMOTE_WAY = (
+    "Remote work goes through hooked.remote, with interventions instead of traced code: "
+    "model = hooked.remote.connect(url, token=...), then model.run_with_cache(prompt, names_filter=...) to save "
+    "activations, and model.run_with_hooks(...) or model.generate(...) with fwd_hooks=[(hook_name, "
+    "hooked.analysis.interventions.add(...) / zero_ablate(...) / patch_cache(...))] to edit them. Each remote "
+    f"recipe of nnsight is translated in {REMOTE_DOCS}."
+)
+
+
+def _refuse_remote(remote: bool | str, where: str) -> None:
+    """`remote=False` (ARENA's `remote=REMOTE` with `REMOTE = False`) is accepted and means what it always does."""
+    if remote is not False and remote is not None:
+        raise InputError(
+            f"{where}(..., remote={remote!r}): nnsight runs hooked models locally; its remote execution (NDIF) "
+            "serves HuggingFace checkpoints, not hooked models. Drop remote= to trace this model here. " + _REMOTE_WAY
+        )
+
+
+def _check_wrappable(model: Any) -> None:
+    """Only a local model (a `torch.nn.Module`) can be traced: a `RemoteModel` runs on its server."""
+    if isinstance(model, torch.nn.Module):
+        return
+    from hooked.remote.client import RemoteModel
+
+    if isinstance(model, RemoteModel):
+        raise InputTypeError(
+            "HookedNNsight(remote model): nnsight runs hooked models locally, tracing the modules of a model in this "
+            "process, and a hooked.remote.RemoteModel has none here (its model runs on the server). Call the remote "
+            "model directly. " + _REMOTE_WAY
+        )
+    raise InputTypeError(f"HookedNNsight wraps a HookedTransformer (a torch.nn.Module), got {type(model).__name__}")
+
 
 class HookedNNsight(NNsight):
     """An nnsight envoy over a `HookedTransformer`, with text input, batched invokes and generation.
@@ -53,6 +107,7 @@ class HookedNNsight(NNsight):
     """
 
     def __init__(self, model: torch.nn.Module, **kwargs: Any) -> None:
+        _check_wrappable(model)
         super().__init__(model, **kwargs)
         # As nnsight's LanguageModel: generated ids pass through a standalone module whose
         # `streamer` child sees the prompt, then each step's new tokens.
@@ -64,6 +119,17 @@ class HookedNNsight(NNsight):
     @property
     def tokenizer(self):
         return self._module.tokenizer
+
+    # -- local only: remote= is refused, naming hooked.remote ---------------------------------
+    def trace(self, *inputs: Any, remote: bool | str = False, **kwargs: Any) -> Any:
+        """nnsight's `trace` (and, through it, `generate`), run locally; `remote=True` raises (see `REMOTE_DOCS`)."""
+        _refuse_remote(remote, getattr(kwargs.get("fn"), "__name__", "trace"))  # (generate passes fn=generate)
+        return super().trace(*inputs, **kwargs)
+
+    def session(self, *args: Any, remote: bool | str = False, **kwargs: Any) -> Any:
+        """nnsight's `session`, run locally; `remote=True` raises (see `REMOTE_DOCS`)."""
+        _refuse_remote(remote, "session")
+        return super().session(*args, **kwargs)
 
     # -- batching: one (args, kwargs) for the model from the invokes' inputs --------
     def _batch_size(self, *inputs: Any, **kwargs: Any) -> int:

@@ -7,11 +7,14 @@ import difflib
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from hooked.core.errors import ConfigError, UnknownConfigFieldError  # noqa: F401  (ConfigError re-exported)
+
+if TYPE_CHECKING:
+    from hooked.core.vision_config import VisionLanguageConfig
 
 ACT_FNS = (
     "relu",
@@ -24,9 +27,13 @@ ACT_FNS = (
     "solu",
     "solu_ln",
     "xielu",
+    "quick_gelu",
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
+#: the KV cache stream of DeepSeek sparse attention's indexer keys (`kv_cache_streams`)
+INDEXER_KEYS = "indexer_keys"
+ROUTER_SCORINGS = ("softmax", "sigmoid", "topk_softmax", "sparsemixer")
 POSITIONAL_EMBEDDING_TYPES = ("standard", "shortformer", "rotary", "alibi", "relative_positional_bias")
 #: HF classes whose norms sit only after each sublayer: a config naming one is post-norm (`is_post_norm`)
 #: even without `post_sublayer_norm` (a TransformerLens config, which has no such field)
@@ -42,10 +49,11 @@ class HookedTransformerConfig:
     relative bias), **attention**, **norms**, **MLP / mixture of experts**, **hook switches**
     (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
     half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
-    **provenance** (where the weights came from) and **accepted for TransformerLens** (read but
-    not used). `__post_init__` fills the derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`,
-    `rotary_dim`, `attn_scale`, ...) and raises `ConfigError` on inconsistent combinations;
-    facts derived from several fields (`uses_rotary`, `has_post_sublayer_norms`, ...) are properties.
+    **image-text models** (the vision tower of an image-text model), **provenance** (where the weights
+    came from) and **accepted for TransformerLens** (read but not used). `__post_init__` fills the
+    derived defaults (`n_heads`, `d_mlp`, `d_vocab_out`, `rotary_dim`, `attn_scale`, ...) and raises
+    `ConfigError` on inconsistent combinations; facts derived from several fields (`uses_rotary`,
+    `has_post_sublayer_norms`, ...) are properties.
     """
 
     # -- shape: sizes and block layout ---------------------------------------------------------
@@ -76,8 +84,9 @@ class HookedTransformerConfig:
     """Gemma 4: each layer's key/value heads (`num_global_key_value_heads` on global layers); None: `n_key_value_heads`
     everywhere."""
     layer_d_mlp: list[int] | None = None
-    """Gemma 3n, Gemma 4: each layer's MLP width (3n's per-layer `intermediate_size`, 4's double-wide MLPs on its
-    KV-shared layers); None: `d_mlp` everywhere."""
+    """Each layer's MLP width: Gemma 3n's per-layer `intermediate_size`, Gemma 4's double-wide MLPs on its KV-shared
+    layers, the dense layers of DeepSeek/GLM mixtures of experts (`dense_mlp_layers`; an expert's width there is the
+    layer's entry); None: `d_mlp` everywhere."""
     layer_scalar: bool = False
     """Gemma 4: each block multiplies the residual stream it returns by a learned scalar (`blocks.{l}.layer_scalar`,
     `[1]`): `hook_resid_post` is the scaled stream."""
@@ -103,13 +112,17 @@ class HookedTransformerConfig:
     """How positions enter: `standard` (learned `W_pos` added to the embedding), `shortformer` (added to q/k
     inputs only), `rotary`, `alibi` or `relative_positional_bias` (T5); see `uses_rotary`."""
     rotary_dim: int | None = None
-    """Leading dimensions of each head that rotary embeddings rotate (even, at most `d_head`); None: `d_head`."""
+    """Leading dimensions of each head that rotary embeddings rotate (even, at most `d_head`); None: `d_head`.
+    Under multi-head latent attention (`kv_lora_rank`) the rotated dims are the last `rotary_dim`."""
     rotary_base: float = 10000.0
     """Rotary base theta: frequency `i` is `rotary_base ** (-2i / rotary_dim)`."""
     rotary_base_local: float | None = None
     """Rotary base of sliding-window layers when it differs from `rotary_base` (Gemma 3); None: the same."""
     rotary_adjacent_pairs: bool = False
     """Rotate adjacent pairs `(x0, x1), (x2, x3)...` (GPT-J) instead of the two halves (NeoX/LLaMA)."""
+    rotary_interleaved_input: bool = False
+    """DeepSeek-V3, GLM-MoE-DSA: the rotated dims come as adjacent pairs `(x0, x1), (x2, x3)...` and leave as two
+    halves (each pair's first element rotated, then each second), as HF's `apply_rotary_pos_emb_interleave`."""
     nope_layers: list[int] | None = None
     """Layers that use no positional encoding at all (SmolLM3, Cohere2); None: none."""
     rotary_scaling: dict | None = None
@@ -155,6 +168,25 @@ class HookedTransformerConfig:
     attends to instead of computing its own (it has no `W_K`/`W_V`); None entries (or None): its own."""
     use_v_norm: bool = False
     """Gemma 3n, Gemma 4: each value head is RMS-normalized without a gain (`attn.v_norm`) after `hook_v`."""
+    kv_lora_rank: int | None = None
+    """Multi-head latent attention (DeepSeek-V2/V3, GLM-MoE-DSA): width of the KV latent, one vector per token from
+    which every head's keys (their non-rotary part) and values are up-projected; the KV cache stores it with the
+    shared rotary key. None: ordinary attention. See `uses_mla` and components/mla.py."""
+    q_lora_rank: int | None = None
+    """MLA: width of the query latent the queries are up-projected from; None: queries straight from the residual."""
+    d_head_v: int | None = None
+    """Width of each head's value and `hook_z` where it differs from `d_head` (MLA's `v_head_dim`); None: `d_head`.
+    See `d_value`."""
+    index_n_heads: int | None = None
+    """DeepSeek sparse attention (GLM-MoE-DSA): heads of the indexer that scores the keys of each query; set with
+    `index_d_head` and `index_topk`. None: every query attends to every earlier key. See `uses_sparse_attention`."""
+    index_d_head: int | None = None
+    """DSA: width of one indexer head (its first `rotary_dim` dims rotate)."""
+    index_topk: int | None = None
+    """DSA: keys each query attends to, the top-scoring ones by the indexer."""
+    index_shared_layers: list[int] | None = None
+    """DSA: layers without an indexer of their own, reusing the keys the previous layer selected (GLM's `"shared"`
+    `indexer_types`); None: every layer selects its own."""
 
     # -- norms ---------------------------------------------------------------------------------
     normalization_type: str | None = "LN"
@@ -199,6 +231,27 @@ class HookedTransformerConfig:
     activation_sparsity: list[float] | None = None
     """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
     activation (0: dense); None: dense everywhere."""
+    router_scoring: str = "softmax"
+    """How the router turns its logits into expert scores: `softmax` over all experts; `sigmoid` per expert, the
+    choice read from the scores plus a learned correction bias (DeepSeek-V3, GLM-4-MoE); `topk_softmax`, a softmax
+    over the top-k logits only (GraniteMoE); `sparsemixer`, PhiMoE's two masked softmaxes (top-2)."""
+    router_groups: int | None = None
+    """Group-limited routing (DeepSeek `n_group`): experts form this many equal groups, and each token chooses its
+    experts within its `router_topk_groups` best groups (a group scores its best expert under `softmax`, its two
+    best under `sigmoid`); None: no groups."""
+    router_topk_groups: int | None = None
+    """Group-limited routing: groups each token may choose experts from (DeepSeek `topk_group`)."""
+    routed_scaling_factor: float = 1.0
+    """DeepSeek, GLM: the routing weights are multiplied by this after any renormalization."""
+    sparsemixer_jitter_eps: float = 0.01
+    """PhiMoE (`router_scoring="sparsemixer"`): an expert stays in a selection's softmax while its logit is within
+    `2 * eps` (relative to the larger magnitude) of that selection's best (`router_jitter_noise`)."""
+    shared_expert_gate: bool = True
+    """Qwen2-MoE: the shared expert's output is scaled by a sigmoid gate; False (DeepSeek, GLM): added as is."""
+    dense_mlp_layers: list[int] | None = None
+    """Layers of a mixture-of-experts model whose MLP is a dense gated MLP (DeepSeek's `first_k_dense_replace`,
+    GLM's `mlp_layer_types`), as wide as `layer_d_mlp` says; None: every layer is a mixture of experts. See
+    `is_moe_layer`."""
 
     # -- hook switches: optional hook points (TransformerLens's flags), off by default for speed ---
     use_attn_result: bool = False
@@ -242,6 +295,9 @@ class HookedTransformerConfig:
     multiply (Gemma 4 multiplies by the exact values)."""
     moe_mix_in_fp32: bool = False
     """Mixtral: expert outputs times float32 routing weights, cast after the sum."""
+    router_in_fp32: bool = False
+    """DeepSeek, GLM: the router's weight stays float32 in every dtype and its logits are computed in float32 (HF's
+    `_keep_in_fp32_modules_strict`); it picks its top-k unsorted, as HF."""
 
     # -- runtime: dtype, device, initialization, attention kernel, tokenization ------------------
     dtype: torch.dtype = torch.float32
@@ -269,6 +325,12 @@ class HookedTransformerConfig:
     """Set from the tokenizer: whether it adds BOS itself; None: no tokenizer yet."""
     decoder_start_token_id: int | None = None
     """T5 (HookedEncoderDecoder): the decoder's first token; None: the tokenizer's pad token."""
+
+    # -- image-text models ----------------------------------------------------------------------
+    vision_language: VisionLanguageConfig | None = None
+    """Image-text models (LLaVA, Gemma 3 with images): the vision tower, the projector and where image features
+    enter the text (a `hooked.core.vision_config.VisionLanguageConfig`, or a dict of its fields); None: text only.
+    The other fields describe the language model."""
 
     # -- provenance: where the config and weights came from --------------------------------------
     model_name: str = "custom"
@@ -364,9 +426,14 @@ class HookedTransformerConfig:
         self._check_per_layer_fields()
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
+        self._check_mla_and_routing()
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
+        if isinstance(self.vision_language, dict):
+            from hooked.core.vision_config import VisionLanguageConfig
+
+            self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
         self.n_params = self._count_params()
 
     def _check_per_layer_fields(self) -> None:
@@ -383,7 +450,75 @@ class HookedTransformerConfig:
         if (self.d_per_layer_input is None) != (self.d_vocab_per_layer_input is None):
             raise ConfigError("d_per_layer_input and d_vocab_per_layer_input are set together (the per-layer table)")
 
+    def _check_mla_and_routing(self) -> None:
+        """Refuse inconsistent multi-head latent attention, sparse attention and routing fields."""
+        if self.router_scoring not in ROUTER_SCORINGS:
+            raise ConfigError(f"router_scoring must be one of {ROUTER_SCORINGS}, got {self.router_scoring!r}")
+        if (self.router_groups is None) != (self.router_topk_groups is None):
+            raise ConfigError("router_groups and router_topk_groups must be set together (group-limited routing)")
+        if self.router_groups is not None and (self.num_experts or 0) % self.router_groups:
+            raise ConfigError(f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts})")
+        if self.dense_mlp_layers is not None and self.num_experts is None:
+            raise ConfigError(
+                "dense_mlp_layers needs num_experts: it names the dense layers of a mixture-of-experts model"
+            )
+        if self.uses_mla and not (self.uses_rotary and self.rotary_dim is not None and self.rotary_dim < self.d_head):
+            raise ConfigError(
+                "multi-head latent attention (kv_lora_rank) needs rotary positions on the last rotary_dim dims of "
+                f"each head, with rotary_dim below d_head (got rotary_dim={self.rotary_dim}, d_head={self.d_head})"
+            )
+        if 0 in (self.index_shared_layers or ()):
+            raise ConfigError("index_shared_layers cannot hold layer 0: a shared layer reuses the layer before's keys")
+        index = (self.index_n_heads, self.index_d_head, self.index_topk)
+        if any(x is not None for x in index) and (None in index or self.q_lora_rank is None or not self.uses_mla):
+            raise ConfigError(
+                "sparse attention needs index_n_heads, index_d_head and index_topk together, on multi-head latent "
+                "attention with a query latent (kv_lora_rank and q_lora_rank): the indexer reads the query latent"
+            )
+
     # -- derived facts: each defined once, here; code asks these instead of re-testing the fields ----
+    @property
+    def uses_mla(self) -> bool:
+        """Attention is multi-head latent attention (`kv_lora_rank` set): keys and values come from one latent."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def uses_sparse_attention(self) -> bool:
+        """DeepSeek sparse attention: an indexer picks the `index_topk` keys each query attends to."""
+        return self.index_topk is not None
+
+    @property
+    def d_value(self) -> int:
+        """Width of each head's value, `hook_z` and `W_O` input: `d_head_v`, else `d_head`."""
+        return self.d_head_v or self.d_head
+
+    def kv_cache_entry_shape(self, layer: int) -> tuple[int, int, int]:
+        """`(heads, key width, value width)` of one cached position of layer `layer` (its `layer_config`).
+
+        Ordinary attention caches each K/V head's key and value, at the layer's own head count and
+        width (Gemma 4's global layers are wider). MLA caches one "head": its key slot holds the KV
+        latent (`kv_lora_rank`) and its value slot the shared rotary key (`rotary_dim`), from which
+        every head's keys and values are recomputed.
+        """
+        cfg = self.layer_config(layer)
+        if cfg.uses_mla:
+            assert cfg.kv_lora_rank is not None and cfg.rotary_dim is not None  # uses_mla; __post_init__ fills
+            return 1, cfg.kv_lora_rank, cfg.rotary_dim
+        heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+        return heads, cfg.d_head, cfg.d_head
+
+    @property
+    def kv_cache_streams(self) -> dict[str, int]:
+        """Per-position tensors each layer caches besides keys and values, by name and width (DSA's indexer keys)."""
+        if not self.uses_sparse_attention:
+            return {}
+        assert self.index_d_head is not None  # __post_init__ sets the index fields together
+        return {INDEXER_KEYS: self.index_d_head}
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether `layer`'s MLP is a mixture of experts (not one of `dense_mlp_layers`)."""
+        return self.uses_moe and layer not in (self.dense_mlp_layers or ())
+
     @property
     def n_kv_heads(self) -> int:
         """Key/value heads as stored (`n_heads` without grouped-query attention)."""
@@ -486,11 +621,25 @@ class HookedTransformerConfig:
         return self.d_mlp
 
     def _count_params(self) -> int:
-        n = self.n_layers * 4 * self.d_model * self.d_head * self.n_heads
-        if not self.attn_only:
-            mlp = self.d_model * self.mlp_width * (2 + int(self.gated_mlp))
-            n += self.n_layers * mlp * (self.num_experts or 1)
+        n = 0
+        for layer in range(self.n_layers):
+            layer_cfg = self.layer_config(layer)  # the layer's own widths (Gemma 3n/4, DeepSeek's dense layers)
+            n += layer_cfg._attention_params()
+            if not self.attn_only:
+                experts = (self.num_experts or 1) if self.is_moe_layer(layer) else 1
+                n += self.d_model * layer_cfg.mlp_width * (2 + int(self.gated_mlp)) * experts
         return n
+
+    def _attention_params(self) -> int:
+        """Weights of one attention layer's matrices (MLA: its low-rank factors)."""
+        d, H, dh = self.d_model, self.n_heads, self.d_head
+        if not self.uses_mla:
+            return 4 * d * dh * H
+        assert self.kv_lora_rank is not None and self.rotary_dim is not None
+        q_in = self.q_lora_rank or d
+        q = H * q_in * dh + (d * self.q_lora_rank if self.q_lora_rank else 0)
+        kv = d * (self.kv_lora_rank + self.rotary_dim) + H * self.kv_lora_rank * (dh - self.rotary_dim + self.d_value)
+        return q + kv + H * self.d_value * d
 
     def is_layer_norm_activation(self) -> bool:
         """True for activations followed by a LayerNorm inside the MLP (`solu_ln`)."""

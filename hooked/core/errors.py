@@ -45,7 +45,8 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     ├── PipelineError (RuntimeError)                      a rank of a pipelined model failed
     ├── WireError (ValueError)                            a request `hooked serve` refuses (has an HTTP status)
     │   ├── JobCancelled                                  the client went away or cancelled
-    │   └── JobTimeout                                    the job ran past the request timeout
+    │   ├── JobTimeout                                    the job ran past the request timeout
+    │   └── ShuttingDown                                  the server stopped the job to shut down
     └── RemoteError (RuntimeError)                        a `hooked serve` server refused or failed a request
 
 `HarvestInterrupted` (hooked.harvest.writer) is deliberately not here: it is a
@@ -232,6 +233,13 @@ class JobTimeout(WireError):
         super().__init__(f"the job ran past the server's request timeout of {seconds:g} s", 504)
 
 
+class ShuttingDown(WireError):
+    """The server is shutting down and stopped a job it could not finish within its grace period (HTTP 503)."""
+
+    def __init__(self, message="the server is shutting down and stopped this job: retry on another server or later"):
+        super().__init__(message, 503)
+
+
 class RemoteError(HookedError, RuntimeError):
     """A `hooked serve` server refused or failed a request; `status` is its HTTP status."""
 
@@ -267,6 +275,7 @@ __all__ = [
     "RemoteError",
     "ReplacedModuleError",
     "ShapeMismatchError",
+    "ShuttingDown",
     "TokenError",
     "TokenizerError",
     "UnknownConfigFieldError",

@@ -310,11 +310,10 @@ def check_kv_cache(cache: Any, cfg: Any, batch: int) -> None:
             f"past_kv_cache was built for batch size {cached_batch}, but this input has batch size {batch}: "
             "use one cache per batch (init_cache(model.cfg, batch_size=...))"
         )
-    layer_cfg = cfg.layer_config(0) if hasattr(cfg, "layer_config") else cfg  # (layer 0's shapes, where they vary)
-    heads = layer_cfg.n_heads if layer_cfg.ungroup_grouped_query_attention else layer_cfg.n_kv_heads
+    heads, d_key, _ = cfg.kv_cache_entry_shape(0)  # layer 0's (where shapes vary by layer)
     shape = tuple(cache.entries[0].past_keys.shape[2:])
-    if shape != (heads, layer_cfg.d_head):
+    if shape != (heads, d_key):
         raise KVCacheMismatchError(
             f"past_kv_cache stores keys with [kv_head, d_head] = {list(shape)}, but this model needs "
-            f"{[heads, layer_cfg.d_head]}: the cache was built for another model or GQA setting"
+            f"{[heads, d_key]}: the cache was built for another model or GQA setting"
         )

@@ -13,37 +13,44 @@ import torch
 from jaxtyping import Float, Int
 
 
-def entry_shape(cfg, layer: int) -> tuple[int, int]:
-    """`(kv_heads, d_head)` of layer `layer`'s cached keys (per layer where shapes vary, as Gemma 4's)."""
-    layer_cfg = cfg.layer_config(layer) if hasattr(cfg, "layer_config") else cfg
-    heads = layer_cfg.n_heads if layer_cfg.ungroup_grouped_query_attention else layer_cfg.n_kv_heads
-    return heads, layer_cfg.d_head
-
-
 class HookedTransformerKeyValueCacheEntry:
-    """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer."""
+    """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer.
+
+    Values may be narrower or wider than keys (`d_value`). Multi-head latent attention stores its
+    KV latent as the keys and its shared rotary key as the values (`cfg.kv_cache_entry_shape(layer)`);
+    other per-position tensors (DSA's indexer keys) are named `streams`, grown by `append`.
+    """
 
     def __init__(
-        self, batch_size: int, n_heads: int, d_head: int, device=None, dtype=torch.float32, frozen=False, capacity=0
+        self,
+        batch_size: int,
+        n_heads: int,
+        d_head: int,
+        device=None,
+        dtype=torch.float32,
+        frozen=False,
+        capacity=0,
+        d_value: int | None = None,
     ):
         self.frozen = frozen
         self._keys = torch.empty(batch_size, capacity, n_heads, d_head, device=device, dtype=dtype)
-        self._values = torch.empty_like(self._keys)
+        self._values = torch.empty(batch_size, capacity, n_heads, d_value or d_head, device=device, dtype=dtype)
         self.length = 0
+        self.streams: dict[str, torch.Tensor] = {}
 
     @property
     def past_keys(self) -> Float[torch.Tensor, "batch pos kv_head d_head"]:
         return self._keys[:, : self.length]
 
     @property
-    def past_values(self) -> Float[torch.Tensor, "batch pos kv_head d_head"]:
+    def past_values(self) -> Float[torch.Tensor, "batch pos kv_head d_value"]:
         return self._values[:, : self.length]
 
     def update(
         self,
         keys: Float[torch.Tensor, "batch new kv_head d_head"],
-        values: Float[torch.Tensor, "batch new kv_head d_head"],
-    ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_head"]]:
+        values: Float[torch.Tensor, "batch new kv_head d_value"],
+    ) -> tuple[Float[torch.Tensor, "batch pos kv_head d_head"], Float[torch.Tensor, "batch pos kv_head d_value"]]:
         """Keys and values of all positions (cached + new); stores the new ones unless frozen."""
         if self._keys.device != keys.device:  # a split model: the entry lives with its layer
             self._keys, self._values = self._keys.to(keys.device), self._values.to(keys.device)
@@ -60,14 +67,23 @@ class HookedTransformerKeyValueCacheEntry:
     def _grow(self, capacity: int, like: torch.Tensor) -> None:
         b, _, h, dh = like.shape
         keys = like.new_empty(b, capacity, h, dh)
-        values = like.new_empty(b, capacity, h, dh)
+        values = like.new_empty(b, capacity, h, self._values.shape[-1])
         keys[:, : self.length] = self.past_keys
         values[:, : self.length] = self.past_values
         self._keys, self._values = keys, values
 
+    def append(self, name: str, new: Float[torch.Tensor, "batch new ..."]) -> Float[torch.Tensor, "batch pos ..."]:
+        """Stream `name` of every position so far (cached + `new`); stores the new positions unless frozen."""
+        past = self.streams.get(name)
+        full = new if past is None else torch.cat([past, new.to(past.device)], dim=1)
+        if not self.frozen:
+            self.streams[name] = full
+        return full
+
     def clone(self) -> HookedTransformerKeyValueCacheEntry:
         new = copy.copy(self)
         new._keys, new._values = self._keys.clone(), self._values.clone()
+        new.streams = {name: t.clone() for name, t in self.streams.items()}
         return new
 
 
@@ -88,11 +104,12 @@ class HookedTransformerKeyValueCache:
     def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
         """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
         device = cfg.device if device is None else device
+        shapes = [cfg.kv_cache_entry_shape(layer) for layer in range(cfg.n_layers)]  # (heads, d_key, d_value)
         entries = [
             HookedTransformerKeyValueCacheEntry(
-                batch_size, *entry_shape(cfg, layer), device, cfg.dtype, capacity=capacity
+                batch_size, heads, d_key, device, cfg.dtype, capacity=capacity, d_value=d_value
             )
-            for layer in range(cfg.n_layers)
+            for heads, d_key, d_value in shapes
         ]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
@@ -147,25 +164,39 @@ class StaticKeyValueCacheEntry:
 
     frozen = False
 
-    def __init__(self, batch_size: int, capacity: int, n_heads: int, d_head: int, device=None, dtype=torch.float32):
+    def __init__(
+        self,
+        batch_size: int,
+        capacity: int,
+        n_heads: int,
+        d_head: int,
+        device=None,
+        dtype=torch.float32,
+        d_value: int | None = None,
+        streams: dict[str, int] | None = None,
+    ):
         self.keys = torch.zeros(batch_size, capacity, n_heads, d_head, device=device, dtype=dtype)
-        self.values = torch.zeros_like(self.keys)
+        self.values = torch.zeros(batch_size, capacity, n_heads, d_value or d_head, device=device, dtype=dtype)
+        self.streams = {
+            name: torch.zeros(batch_size, capacity, width, device=device, dtype=dtype)
+            for name, width in (streams or {}).items()
+        }  # name -> [batch, capacity, width]
 
     @property
     def past_keys(self) -> Float[torch.Tensor, "batch capacity kv_head d_head"]:
         return self.keys
 
     @property
-    def past_values(self) -> Float[torch.Tensor, "batch capacity kv_head d_head"]:
+    def past_values(self) -> Float[torch.Tensor, "batch capacity kv_head d_value"]:
         return self.values
 
     def update(
         self,
         keys: Float[torch.Tensor, "batch new kv_head d_head"],
-        values: Float[torch.Tensor, "batch new kv_head d_head"],
+        values: Float[torch.Tensor, "batch new kv_head d_value"],
         columns: Int[torch.Tensor, "new"] | None = None,
     ) -> tuple[
-        Float[torch.Tensor, "batch capacity kv_head d_head"], Float[torch.Tensor, "batch capacity kv_head d_head"]
+        Float[torch.Tensor, "batch capacity kv_head d_head"], Float[torch.Tensor, "batch capacity kv_head d_value"]
     ]:
         """Write the new keys and values at `columns`; the whole buffers, the new positions included."""
         if columns is None:
@@ -173,6 +204,16 @@ class StaticKeyValueCacheEntry:
         self.keys.index_copy_(1, columns, keys.to(self.keys.dtype))
         self.values.index_copy_(1, columns, values.to(self.values.dtype))
         return self.keys, self.values
+
+    def append(
+        self, name: str, new: Float[torch.Tensor, "batch new width"], columns: Int[torch.Tensor, "new"] | None = None
+    ) -> Float[torch.Tensor, "batch capacity width"]:
+        """Write stream `name`'s new positions at `columns`; the whole buffer."""
+        if columns is None:
+            raise ValueError("a static KV cache entry needs the columns to write (ForwardState.query_columns)")
+        buffer = self.streams[name]
+        buffer.index_copy_(1, columns, new.to(buffer.dtype))
+        return buffer
 
 
 class StaticKeyValueCache:
@@ -192,9 +233,12 @@ class StaticKeyValueCache:
     def __init__(self, cfg, batch_size: int, capacity: int, device=None):
         device = torch.device(cfg.device if device is None else device)
         self.capacity = capacity
+        shapes = [cfg.kv_cache_entry_shape(layer) for layer in range(cfg.n_layers)]  # (heads, d_key, d_value)
         self.entries = [
-            StaticKeyValueCacheEntry(batch_size, capacity, *entry_shape(cfg, layer), device, cfg.dtype)
-            for layer in range(cfg.n_layers)
+            StaticKeyValueCacheEntry(
+                batch_size, capacity, heads, d_key, device, cfg.dtype, d_value=d_value, streams=cfg.kv_cache_streams
+            )
+            for heads, d_key, d_value in shapes
         ]
         self.mask = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)  # [batch, capacity]
         self.column = torch.zeros(1, dtype=torch.long, device=device)  # [1]: the next column to write
@@ -215,7 +259,7 @@ class StaticKeyValueCache:
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor a decode step mutates (to mark as static addresses for CUDA graphs)."""
-        buffers = [t for e in self.entries for t in (e.keys, e.values)]
+        buffers = [t for e in self.entries for t in (e.keys, e.values, *e.streams.values())]
         return buffers + [self.mask, self.column, self.next_position, self.step_index]
 
     def forward_state(self, batch: int, n_new: int, attention_mask, causal: bool, step: int | None):

@@ -267,9 +267,16 @@ class _StepRecorder:
         return {name: self._stitch(name, chunks) for name, chunks in self.chunks.items()}
 
     def _stitch(self, name: str, chunks: list[torch.Tensor]) -> torch.Tensor:
-        if name.endswith(("hook_attn_scores", "hook_pattern")):
-            return stitch_attention(chunks, float("-inf") if name.endswith("hook_attn_scores") else 0.0)
+        if name.endswith(QUERY_BY_KEY_HOOKS):
+            fill = 0.0 if name.endswith("hook_pattern") else float("-inf")
+            if chunks[0].ndim == 3:  # DSA's indexer scores, one "head": [batch, q_new, k_total]
+                return stitch_attention([c[:, None] for c in chunks], fill)[:, 0]
+            return stitch_attention(chunks, fill)
         return torch.cat(chunks, dim=self.pos_axis[name] or 0)
+
+
+#: hooks whose last two axes are (new queries, every key): stitched as rows of a square, -inf (scores) or 0 above
+QUERY_BY_KEY_HOOKS = ("hook_attn_scores", "hook_pattern", "indexer.hook_scores")
 
 
 def stitch_attention(

@@ -58,10 +58,13 @@ def compile_safe(fn: Callable) -> Callable:
 
 
 def is_compile_safe(fn: Callable) -> bool:
-    """Whether a hook may run inside a compiled decode step: an `nn.Module`, or marked `compile_safe`."""
+    """Whether a hook may run inside a compiled decode step: an `nn.Module`, or marked `compile_safe`
+    (the interventions of `hooked.analysis.interventions` are); `at_steps(fn, ...)` is as safe as `fn`."""
+    if getattr(fn, "compile_safe", False):
+        return True
     if isinstance(fn, AtSteps):
         return is_compile_safe(fn.fn)
-    return isinstance(fn, nn.Module) or bool(getattr(fn, "compile_safe", False))
+    return isinstance(fn, nn.Module)
 
 
 def hook_label(fn: Callable) -> str:
@@ -157,7 +160,7 @@ class StaticRecorder:
             )
         shape = list(tensor.shape)
         shape[axis] = self.capacity
-        fill = float("-inf") if name.endswith("hook_attn_scores") else 0.0
+        fill = float("-inf") if name.endswith(("hook_attn_scores", "indexer.hook_scores")) else 0.0
         device = tensor.device if self.device is None else self.device
         return torch.full(shape, fill, dtype=tensor.dtype, device=device)
 
@@ -166,8 +169,8 @@ class StaticRecorder:
         out = {}
         for name, buffer in self.buffers.items():
             cut = buffer.narrow(self.pos_axis[name], 0, n_fed)
-            if name.endswith(("hook_attn_scores", "hook_pattern")):
-                cut = cut[..., :n_fed]  # [batch, head, n_fed, n_fed]
+            if name.endswith(("hook_attn_scores", "hook_pattern", "indexer.hook_scores")):
+                cut = cut[..., :n_fed]  # [batch, head, n_fed, n_fed] (DSA's indexer scores: [batch, n_fed, n_fed])
             out[name] = cut.clone()
         return out
 

@@ -250,6 +250,15 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         return load_pretrained(cls, model_name, options)
 
     @classmethod
+    def model_class_for(cls, cfg: HookedTransformerConfig) -> type[HookedTransformer]:
+        """The class that builds a model of `cfg`: an image-text config needs `HookedVisionLanguageModel`."""
+        if cfg.vision_language is None or cls is not HookedTransformer:
+            return cls
+        from hooked.models.vision_language import HookedVisionLanguageModel
+
+        return HookedVisionLanguageModel
+
+    @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs) -> HookedTransformer:
         flags = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
         kwargs.update({flag: False for flag in flags}, refactor_factored_attn_matrices=False)

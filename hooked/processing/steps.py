@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 StateDict = dict[str, torch.Tensor]
 
 STEPS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
-_QKV_LEAVES = ("W_Q", "W_K", "W_V", "_W_K", "_W_V")
+_QKV_LEAVES = ("W_Q", "W_K", "W_V", "_W_K", "_W_V", "W_Q_B", "W_KV_B")  # MLA's up-projections: head-major too
 _PRE = {"LN": "LNPre", "RMS": "RMSPre"}
 
 
@@ -210,7 +210,9 @@ def fold_layer_norm(
     block_ln = cfg.uses_layer_norm
     fold = dict(fold_biases=fold_biases, center_weights=center_weights)
     for layer, p in enumerate(_layers(cfg)):
-        _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(cfg, layer), block_ln, **fold)
+        _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(sd, cfg, layer), block_ln, **fold)
+        if cfg.uses_mla:
+            _fold_latent_norms(sd, cfg, p + "attn.", **fold)
         if cfg.attn_only:
             continue
         experts = _experts(sd, p)
@@ -228,13 +230,26 @@ def fold_layer_norm(
     return sd
 
 
-def _ln1_readers(cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
-    """What reads `blocks.{layer}.ln1`'s output: `(weight, bias)` keys of the q/k/v projections."""
-    attn, kv = f"blocks.{layer}.attn.", _kv(cfg.layer_config(layer))
+def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
+    """What reads `blocks.{layer}.ln1`'s output: `(weight, bias)` keys of W_Q, W_K, W_V (W_Q alone in a layer that
+    reuses another's keys and values); under MLA the down-projections and DSA's indexer."""
+    attn = f"blocks.{layer}.attn."
+    if cfg.uses_mla:
+        names = ("W_Q_A" if cfg.q_lora_rank else "W_Q_B", "W_KV_A", "indexer.W_K", "indexer.W_weights")
+        return [(attn + n, attn + n.replace("W_", "b_")) for n in names if attn + n in sd]
+    kv = _kv(cfg.layer_config(layer))
     readers = [(attn + "W_Q", attn + "b_Q")]
     if cfg.kv_source(layer) is None:  # a KV-sharing layer projects q only
         readers += [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
     return readers
+
+
+def _fold_latent_norms(sd: StateDict, cfg: HookedTransformerConfig, attn: str, **fold) -> None:
+    """MLA: each latent norm's gain into the up-projections that read it (RMSNorms: exact, no bias)."""
+    if cfg.q_lora_rank:
+        readers = [(attn + n, attn + "unused_bias") for n in ("W_Q_B", "indexer.W_Q") if attn + n in sd]
+        _fold_norm_into_readers(sd, cfg, attn + "q_a_norm", readers, False, **fold)
+    _fold_norm_into_readers(sd, cfg, attn + "kv_a_norm", [(attn + "W_KV_B", attn + "unused_bias")], False, **fold)
 
 
 def _fold_moe(sd, cfg, p: str, experts: list[str], layernorm: bool, fold_biases: bool, center_weights: bool) -> None:
@@ -424,6 +439,10 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "the model has no norms", D
     if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
         return "only LayerNorm models (not final_rms) center their residual stream", D
+    if step == "fold_ln" and cfg.uses_moe and cfg.uses_layer_norm:
+        return "a LayerNorm's bias cannot fold into the bias-free experts and router (PhiMoE)", W
+    if step == "fold_value_biases" and cfg.uses_mla:
+        return "multi-head latent attention has no value bias after its latent norm", logging.INFO
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
     if step == "fold_value_biases" and cfg.use_v_norm:
@@ -474,6 +493,8 @@ def convert_norms_to_pre(model) -> None:
     cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)
     for block in model.blocks:
         block.ln1 = make_norm(cfg)
+        if cfg.uses_mla:  # the latent norms were folded too
+            block.attn.use_folded_latent_norms()
         if hasattr(block, "ln2"):
             block.ln2 = make_norm(cfg)
         if hasattr(block, "mlp") and hasattr(block.mlp, "ln"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import inspect
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +17,14 @@ import torch
 from hooked.analysis import interventions
 from hooked.analysis.activation_cache import ActivationCache
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.errors import InputError, RemoteError
-from hooked.core.utils import USE_DEFAULT_VALUE
+from hooked.core.errors import InputError, RemoteError, WireError
+from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
+from hooked.generation import loop
+from hooked.generation.options import OPTION_NAMES, GenerationOptions, resolve_options
+from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.models.tokenizer_mixin import TokenizerMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
-from hooked.serve import wire
+from hooked.serve import schema, wire
 
 #: What a client accepts from its server: large, but still bounded.
 RESPONSE_LIMITS = wire.Limits(
@@ -212,25 +217,33 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         return names
 
     # -- forward passes -------------------------------------------------------------------------
-    def forward(
-        self,
-        input,
-        return_type: str | None = "logits",
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        attention_mask=None,
-        *,
-        fwd_hooks=(),
-    ):
-        """Logits `[batch, pos, d_vocab]` of the server's forward pass (with any active interventions)."""
-        if return_type not in ("logits", None):
-            raise InputError(f"a remote forward returns logits (return_type='logits'), got {return_type!r}")
-        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+    def forward(self, *args, fwd_hooks=(), **kwargs):
+        """`HookedTransformer.forward` on the server (its signature and results: logits, a loss computed
+        here from them, `Output(logits, loss)` or None), with any active interventions."""
+        call = self._forward_call(args, kwargs)
+        tensors = self._inputs(call["input"], call["prepend_bos"], call["padding_side"], call["attention_mask"])
         hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        _, out = self._post({"op": "forward", "hooks": hooks}, {**tensors, **hook_tensors})
-        return out["logits"] if return_type == "logits" else None
+        body = _body(schema.FORWARD, hooks=hooks, return_logits=call["return_type"] is not None)
+        _, out = self._post(body, {**tensors, **hook_tensors})
+        return _forward_output(out.get("logits"), tensors, call)
 
     __call__ = forward
+
+    def _forward_call(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """`forward`'s arguments bound to the local signature; those a server cannot take must keep their defaults."""
+        bound = _FORWARD_SIGNATURE.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        call = {k: v for k, v in bound.arguments.items() if k != "self"}
+        parameters = _FORWARD_SIGNATURE.parameters
+        local_only = [k for k, v in call.items() if k not in _REMOTE_FORWARD and v is not parameters[k].default]
+        if local_only:
+            raise InputError(
+                f"a remote forward cannot take {', '.join(local_only)}: residuals, embeddings and KV caches stay on "
+                "the server (run_with_cache returns any activation; patching sweeps run server-side)"
+            )
+        if call["return_type"] not in ("logits", "loss", "both", None):
+            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {call['return_type']!r}")
+        return call
 
     def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), reset_hooks_end=True, clear_contexts=False, **kwargs):
         if bwd_hooks:
@@ -239,117 +252,117 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
     def run_with_cache(
         self,
-        input,
-        names_filter=None,
+        *model_args,
+        return_cache_object: bool = True,
         remove_batch_dim: bool = False,
-        return_cache_object=True,
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        attention_mask=None,
-        fwd_hooks=(),
+        names_filter=None,
         device=None,
+        incl_bwd: bool = False,
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+        pos_slice=None,
+        fwd_hooks=(),
+        **model_kwargs,
     ):
-        """`(logits, ActivationCache)` of the named hook points, computed on the server."""
+        """`HookedTransformer.run_with_cache` on the server: `(output, ActivationCache)` of the named hook points."""
+        if incl_bwd or pos_slice is not None:
+            raise InputError("a remote run_with_cache takes neither incl_bwd nor pos_slice: slice the cache it returns")
+        self.to(device)
+        call = self._forward_call(model_args, model_kwargs)
         names = self._names_from_filter(names_filter)
-        tensors = self._inputs(input, prepend_bos, padding_side, attention_mask)
+        tensors = self._inputs(call["input"], call["prepend_bos"], call["padding_side"], call["attention_mask"])
         hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        _, out = self._post({"op": "forward", "hooks": hooks, "cache": names}, {**tensors, **hook_tensors})
+        body = _body(schema.FORWARD, hooks=hooks, cache=names, return_logits=call["return_type"] is not None)
+        _, out = self._post(body, {**tensors, **hook_tensors})
+        output = _forward_output(out.get("logits"), tensors, call)
         cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
         if remove_batch_dim:
             cache_dict = {k: v[0] for k, v in cache_dict.items()}
         if not return_cache_object:
-            return out["logits"], cache_dict
+            return output, cache_dict
         cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
         cache.tokens, cache.attention_mask = tensors["tokens"], tensors.get("attention_mask")
-        return out["logits"], cache
+        return output, cache
 
     # -- generation --------------------------------------------------------------------------
-    def generate_stream(self, input="", max_new_tokens: int = 10, **kwargs) -> Iterator[torch.Tensor]:
-        """Yield each step's new tokens `[batch, 1]` as the server samples them; returns `generate`'s result."""
-        body, tensors, finish = self._generate_request(input, max_new_tokens, **kwargs)
-        events = self._events(body, tensors)
+    def generate(self, *args, on_token: Callable[[dict], None] | None = None, **kwargs):
+        """`HookedTransformer.generate` on the server: the same arguments and result. `on_token(event)`
+        sees each step's tokens (`{"step": t, "tokens": [...]}`) as they arrive."""
+        request = self._generation_request(_GENERATE_SIGNATURE, args, kwargs)
+        _, out = self._stream(request.body, request.tensors, on_token)
+        return request.finish(out)
+
+    def generate_stream(self, *args, **kwargs) -> Generator[torch.Tensor | str | list[str], None, Any]:
+        """`HookedTransformer.generate_stream` on the server: the same arguments, the same chunks (at most
+        `max_tokens_per_yield` new tokens each, text for text input), then `generate`'s result."""
+        request = self._generation_request(_STREAM_SIGNATURE, args, kwargs)
+        if request.per_yield < 1:
+            raise ValueError(f"max_tokens_per_yield must be >= 1, got {request.per_yield}")
+        events, chunk = self._events(request.body, request.tensors), []
         while True:
             try:
                 event = next(events)
             except StopIteration as done:
-                return finish(done.value[1])
+                answer = done.value
+                break
             if "tokens" in event:
-                yield torch.tensor(event["tokens"])[:, None]
+                chunk.append(torch.tensor(event["tokens"]))
+                if len(chunk) == request.per_yield:
+                    yield self._stream_chunk(request.kind, chunk)
+                    chunk = []
+        if chunk:
+            yield self._stream_chunk(request.kind, chunk)
+        return request.finish(answer[1])
 
-    def generate(self, input="", max_new_tokens: int = 10, *, on_token: Callable[[dict], None] | None = None, **kwargs):
-        """`HookedTransformer.generate` on the server (same arguments); `on_token(event)` sees each step's
-        tokens (`{"step": t, "tokens": [...]}`) as they arrive."""
-        body, tensors, finish = self._generate_request(input, max_new_tokens, **kwargs)
-        _, out = self._stream(body, tensors, on_token)
-        return finish(out)
+    def _stream_chunk(self, kind: str, chunk: list[torch.Tensor]):
+        tokens = torch.stack(chunk, dim=1)  # [batch, chunk]
+        if kind == "tokens":
+            return tokens
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
+        return texts[0] if kind == "str" else texts
 
-    def _generate_request(
-        self,
-        input="",
-        max_new_tokens: int = 10,
-        stop_at_eos: bool = True,
-        do_sample: bool = True,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        temperature: float = 1.0,
-        freq_penalty: float = 0.0,
-        use_past_kv_cache: bool = True,
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        return_type: str = "input",
-        verbose: bool = False,
-        *,
-        repetition_penalty: float = 1.0,
-        attention_mask=None,
-        fwd_hooks=(),
-        return_cache: bool = False,
-        names_filter=None,
-        output_logits: bool = False,
-        seed: int | None = None,
-    ):
+    def _generation_request(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> _GenerationRequest:
+        """Bind a call to the local signature, gather its `GenerationOptions` and write the request."""
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        for name in ("model", "input", "attention_mask", "options", "max_tokens_per_yield"):
+            values.pop(name, None)
+        defaults = {name: signature.parameters[name].default for name in OPTION_NAMES}
+        options = resolve_options(bound.arguments["options"], values, defaults)
+        _check_remote_options(options)
+        input = bound.arguments["input"]
         if isinstance(input, (str, list)):
-            tokens, mask = self.to_tokens(input, prepend_bos, padding_side="left", return_attention_mask=True)
+            tokens, mask = self.to_tokens(input, options.prepend_bos, padding_side="left", return_attention_mask=True)
             tensors = {"tokens": tokens, "attention_mask": mask}
             kind = "str" if isinstance(input, str) else "list"
         else:
-            tensors = self._inputs(input, attention_mask=attention_mask)
-            kind = "tokens"
-        hooks, hook_tensors = self._hook_specs(fwd_hooks)
-        body = dict(
-            op="generate",
-            hooks=hooks,
-            max_new_tokens=max_new_tokens,
-            stop_at_eos=stop_at_eos,
-            do_sample=do_sample,
-            top_k=top_k,
-            top_p=top_p,
-            temperature=temperature,
-            freq_penalty=freq_penalty,
-            use_past_kv_cache=use_past_kv_cache,
-            repetition_penalty=repetition_penalty,
-            return_cache=return_cache,
-            output_logits=output_logits,
-            seed=seed,
-            names_filter=None if not return_cache else self._names_from_filter(names_filter),
+            tensors, kind = self._inputs(input, attention_mask=bound.arguments["attention_mask"]), "tokens"
+        hooks, hook_tensors = self._hook_specs(options.fwd_hooks)
+        names = self._names_from_filter(options.names_filter) if options.return_cache else None
+        fields = {name: getattr(options, name) for name in schema.GENERATION_FIELDS}
+        body = _body(schema.GENERATE, hooks=hooks, names_filter=names, **fields)
+        per_yield = bound.arguments.get("max_tokens_per_yield", 1)
+        return _GenerationRequest(
+            body, {**tensors, **hook_tensors}, kind, per_yield, lambda out: self._finish(out, kind, options)
         )
 
-        def finish(out: dict):
-            if return_cache or output_logits:
-                return self._generation_output(out)
-            sequences = out["sequences"]
-            kind_out = ("str" if kind in ("str", "list") else "tokens") if return_type == "input" else return_type
-            if kind_out == "tokens":
-                return sequences
-            if kind_out != "str":
-                raise InputError(f"a remote generate returns 'input', 'str' or 'tokens', got {return_type!r}")
-            if self.tokenizer is None:
-                raise InputError(
-                    "return_type='str' needs a tokenizer and the server sent none: use return_type='tokens'"
-                )
-            texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in sequences]
-            return texts[0] if kind == "str" or (kind != "list" and len(texts) == 1) else texts
-
-        return body, {**tensors, **hook_tensors}, finish
+    def _finish(self, out: dict, kind: str, options: GenerationOptions):
+        """`generate`'s result from the server's answer: tokens, text or a `GenerationOutput`, as locally."""
+        if options.return_cache or options.output_logits:
+            return self._generation_output(out)
+        sequences = out["sequences"]
+        kind_out = (
+            ("str" if kind in ("str", "list") else "tokens") if options.return_type == "input" else options.return_type
+        )
+        if kind_out == "tokens":
+            return sequences
+        if kind_out != "str":
+            raise InputError(f"a remote generate returns 'input', 'str' or 'tokens', got {options.return_type!r}")
+        if self.tokenizer is None:
+            raise InputError("return_type='str' needs a tokenizer and the server sent none: use return_type='tokens'")
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in sequences]
+        return texts[0] if kind == "str" or (kind != "list" and len(texts) == 1) else texts
 
     def _generation_output(self, out: dict):
         from hooked.generation.loop import GenerationOutput
@@ -399,14 +412,14 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         if getattr(clean_cache, "tokens", None) is None:
             raise InputError("clean_cache must come from this remote model's run_with_cache (it records the tokens)")
         metric, metric_tensors = patching_metric.to_spec()
-        body = {
-            "op": "patch",
-            "metric": metric,
-            "setter": getattr(patch_setter, "__name__", ""),
-            "activation": activation_name,
-            "axes": None if index_df is not None else axis_names,
-            "batch_size": batch_size,
-        }
+        body = _body(
+            schema.PATCH,
+            metric=metric,
+            setter=getattr(patch_setter, "__name__", ""),
+            activation=activation_name,
+            axes=None if index_df is not None else axis_names,
+            batch_size=batch_size,
+        )
         tensors = {
             "tokens": corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None],
             "clean_tokens": clean_cache.tokens,
@@ -456,16 +469,17 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
                 "a remote attribution_patch needs a hooked.analysis.metrics metric (logit_diff, log_prob, projection)"
             )
         spec, metric_tensors = metric.to_spec()
-        body = {
-            "op": "attribution",
-            "metric": spec,
-            "names": self._names_from_filter(names_filter),
-            "method": method,
-            "steps": steps,
-            "sum_batch": sum_batch,
-            "recompute_softmax": recompute_softmax,
-            "grad_drop": grad_drop,
-        }
+        body = _body(
+            schema.ATTRIBUTION,
+            metric=spec,
+            names=self._names_from_filter(names_filter),
+            method=method,
+            steps=steps,
+            sum_batch=sum_batch,
+            recompute_softmax=recompute_softmax,
+            grad_drop=grad_drop,
+            steps_per_forward=steps_per_forward,
+        )
         tensors = {"clean_tokens": clean, "tokens": corrupted, **metric_tensors}
         if attention_mask is not None:
             tensors["attention_mask"] = attention_mask
@@ -486,8 +500,6 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         """The shadow module `part` with the server's weights (fetched once)."""
         if part not in self._parts:
             if self._shadow is None:
-                from hooked.models.hooked_transformer import HookedTransformer
-
                 with torch.device("meta"):
                     self._shadow = HookedTransformer(self.cfg.replace(device="meta"))
             module = self._shadow.get_submodule(part)
@@ -515,6 +527,67 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
     def __repr__(self) -> str:
         return f"RemoteModel({self._http.base_url}, {self.cfg.model_name}, {self.cfg.n_layers} layers)"
+
+
+@dataclass
+class _GenerationRequest:
+    """A remote `generate` call, written: its body and tensors, how chunks and the result are formed."""
+
+    body: dict
+    tensors: dict[str, torch.Tensor]
+    kind: str  # "str", "list" or "tokens": what the input was
+    per_yield: int  # max_tokens_per_yield (generate_stream)
+    finish: Callable[[dict], Any]
+
+
+#: `forward`'s arguments a remote call takes; the others (layers, embeddings, KV caches) must keep their defaults.
+_REMOTE_FORWARD = ("input", "return_type", "loss_per_token", "prepend_bos", "padding_side", "attention_mask")
+_FORWARD_SIGNATURE = inspect.signature(HookedTransformer.forward)
+_GENERATE_SIGNATURE = inspect.signature(loop.generate)
+_STREAM_SIGNATURE = inspect.signature(loop.generate_stream)
+
+
+def _forward_output(logits, tensors: dict[str, torch.Tensor], call: dict):
+    """What a local `forward` returns for `call["return_type"]`; the loss is computed here from the logits."""
+    return_type = call["return_type"]
+    if return_type in (None, "logits"):
+        return logits if return_type else None
+    loss = lm_cross_entropy_loss(logits, tensors["tokens"], tensors.get("attention_mask"), call["loss_per_token"])
+    return loss if return_type == "loss" else Output(logits, loss)
+
+
+def _check_remote_options(options: GenerationOptions) -> None:
+    """Options that are not data cannot travel: refuse them unless left at their defaults."""
+    defaults = GenerationOptions()
+    for name in schema.LOCAL_ONLY_GENERATION:
+        if getattr(options, name) is not getattr(defaults, name) and getattr(options, name) != getattr(defaults, name):
+            hint = "pass seed= instead" if name == "generator" else "the server decodes with its own dynamic KV cache"
+            raise InputError(f"a remote generate cannot take {name}={getattr(options, name)!r}: {hint}")
+    if options.return_type == "embeds":
+        raise InputError("a remote generate returns 'input', 'str' or 'tokens' (embeddings stay on the server)")
+
+
+def _body(op: schema.Op, **values) -> dict:
+    """The request body of `op` (a value the server would refuse raises InputError here)."""
+    try:
+        return op.body(**values)
+    except WireError as e:
+        raise InputError(f"{op.name}: {e}") from None
+
+
+def _mirror(method, local) -> None:
+    """Give `method` the signature of the local function it mirrors (`help()`, IDEs)."""
+    signature = inspect.signature(local)
+    parameters = list(signature.parameters.values())
+    parameters[0] = parameters[0].replace(name="self")
+    if method.__name__ == "generate":
+        on_token = inspect.Parameter("on_token", inspect.Parameter.KEYWORD_ONLY, default=None)
+        parameters.insert(-1, on_token)
+    method.__signature__ = signature.replace(parameters=parameters)
+
+
+_mirror(RemoteModel.generate, loop.generate)
+_mirror(RemoteModel.generate_stream, loop.generate_stream)
 
 
 def _attr(module, name: str) -> Any:

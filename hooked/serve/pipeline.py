@@ -64,12 +64,14 @@ def follow(model, options) -> None:
 
 
 def run_relayed(model, op: str | None, body: dict, tensors: dict, options):
+    """Run one request rank 0 relayed (rank 0 admitted it: no cost checks here)."""
     if op == "weights":
         return ops.weights_of(model, body["part"])
     if op == "inspect":
         return ops.inspect_html(model, body["prompt"])
-    job = ops.make_job(model, "relay", body, tensors, options.limits)
+    job = ops.make_job(ops.Context(model, options.limits), "relay", body, tensors)
     job.interruptible, job.state, job.deadline = False, "running", float("inf")
+    assert job.run is not None  # a job made from a request has its work
     return job.run(job)
 
 
@@ -78,22 +80,12 @@ def serve_pipeline(model, host: str, port: int, tokens, options, ssl_certfile=No
     if model.rank != 0:
         follow(model, options)
         return
-    import uvicorn
-
     from hooked.serve.app import create_app
+    from hooked.serve.server import run_app
 
     relay = Relay(model)
     app = create_app(model, tokens, options, relay=relay)
     try:
-        uvicorn.run(
-            app,
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            timeout_graceful_shutdown=int(options.drain_timeout_s),
-        )
+        run_app(app, host, port, ssl_certfile, ssl_keyfile)
     finally:
         relay.stop()

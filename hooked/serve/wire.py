@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,19 +83,51 @@ def _strict_json(text: str, limits: Limits) -> Any:
         raise WireError(f"malformed JSON: {str(e)[:200]}", 400) from None
 
 
+NAMES = {dtype: name for name, (dtype, _) in DTYPES.items()}  # torch dtype -> safetensors name
+CHUNK_BYTES = 2**20  # an answer is sent a slice of this size at a time
+
+
+class Message:
+    """An encoded message not yet written out: its safetensors header, then each tensor's bytes.
+
+    `chunks()` yields it a slice at a time straight from the tensors' memory, so sending an
+    answer never holds a second copy of it; `nbytes` is its size before a byte is produced.
+    """
+
+    def __init__(self, body: dict, tensors: dict[str, torch.Tensor] | None = None):
+        header: dict[str, Any] = {"__metadata__": {"json": json.dumps(body, allow_nan=False)}}
+        self.tensors: list[torch.Tensor] = []
+        offset = 0
+        for name, t in (tensors or {}).items():
+            if t.dtype not in NAMES:
+                raise WireError(f"tensor {name!r} has dtype {t.dtype}, which the wire format does not carry", 500)
+            size = t.numel() * t.element_size()
+            header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+            self.tensors.append(t.detach())
+            offset += size
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+        self.header = struct.pack("<Q", len(raw)) + raw
+        self.nbytes = len(self.header) + offset
+
+    def chunks(self, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """The message, `size` bytes at a time (a tensor is made contiguous only while it is sent)."""
+        yield self.header
+        for t in self.tensors:
+            if t.numel() == 0:
+                continue
+            flat = t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()  # [nbytes], no copy when contiguous
+            view = flat.data
+            for start in range(0, len(view), size):
+                yield bytes(view[start : start + size])
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.chunks())
+
+
 def encode(body: dict, tensors: dict[str, torch.Tensor] | None = None) -> bytes:
     """`body` (JSON-able) and `tensors` as one safetensors message."""
-    from safetensors.torch import save
-
-    out, seen = {}, set()
-    for k, v in (tensors or {}).items():
-        v = v.detach().cpu().contiguous()
-        ptr = v.untyped_storage().data_ptr()
-        if ptr in seen or v.storage_offset() or v.numel() != v.untyped_storage().nbytes() // max(1, v.element_size()):
-            v = v.clone()  # safetensors refuses shared or partial storage (a cache entry aliasing another)
-        seen.add(v.untyped_storage().data_ptr())
-        out[k] = v
-    return save(out, metadata={"json": json.dumps(body, allow_nan=False)})
+    return Message(body, tensors).to_bytes()
 
 
 def _check_header(data: bytes, limits: Limits) -> dict:
@@ -170,7 +203,9 @@ def decode(data: bytes, limits: Limits = Limits(), finite: bool = True) -> tuple
 
     try:
         tensors = load(bytes(data))
-    except Exception as e:  # the header passed our checks; anything else is a malformed body
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the Rust loader panics with a BaseException: a malformed body
         raise WireError(f"unreadable safetensors body: {type(e).__name__}", 400) from None
     for name, t in tensors.items() if finite else ():
         if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def test_nnsight_doc_blocks_run(tmp_path):
     blocks = re.findall(r"```python nnsight_doc\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) == 7, "update this test when docs/nnsight.md examples are added or removed"
+    assert len(blocks) == 8, "update this test when docs/nnsight.md examples are added or removed"
     script = tmp_path / "nnsight_doc.py"
     script.write_text("\n".join(blocks))
     namespace = runpy.run_path(str(script))
@@ -29,3 +29,7 @@ def test_nnsight_doc_blocks_run(tmp_path):
     torch = namespace["torch"]
     assert torch.allclose(namespace["patched"], model(namespace["source"]), atol=1e-4)
     assert not torch.allclose(namespace["rome"], namespace["paris"])
+    # the remote recipes ran against a server, each asserting equality with nnsight on the local model; the edits
+    # changed something
+    assert not torch.allclose(namespace["remote_steered"], model(namespace["prompt"]), atol=1e-3)
+    assert not torch.allclose(namespace["ablated"], model(namespace["prompt"]), atol=1e-3)

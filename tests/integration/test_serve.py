@@ -47,6 +47,23 @@ def test_forward_is_bitwise_equal(pair):
     assert torch.equal(client(PROMPTS[0]), local(PROMPTS[0]))
 
 
+def test_forward_takes_the_local_signature_and_returns_the_local_types(pair):
+    from hooked.core.errors import InputError
+
+    local, client = pair
+    tokens = local.to_tokens(PROMPTS)
+    for args, kwargs in [((tokens, "loss"), {}), ((tokens,), {"return_type": "both", "loss_per_token": True})]:
+        got, expected = client(*args, **kwargs), local(*args, **kwargs)
+        assert type(got) is type(expected)
+        as_list = lambda x: list(x) if isinstance(x, tuple) else [x]  # noqa: E731
+        assert all(torch.equal(a, b) for a, b in zip(as_list(got), as_list(expected), strict=True))
+    assert client(PROMPTS[0], return_type=None) is None
+    _, cache = client.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")
+    assert torch.equal(_, local.run_with_cache(tokens, "loss", names_filter="blocks.0.hook_resid_post")[0])
+    with pytest.raises(InputError, match="cannot take start_at_layer"):
+        client(tokens, start_at_layer=1)
+
+
 def _course_hooks(model):
     """A course script's interventions: every kind, on several hook points."""
     d = model.cfg.d_model
@@ -127,6 +144,49 @@ def test_generate_streams_each_step(pair):
     assert [e["step"] for e in events] == list(range(5))
     chunks = list(client.generate_stream(local.to_tokens(PROMPTS[1]), **kw))
     assert torch.equal(torch.cat(chunks, 1), local.generate(local.to_tokens(PROMPTS[1]), **kw)[:, -5:])
+
+
+def _drain(stream):
+    chunks = []
+    while True:
+        try:
+            chunks.append(next(stream))
+        except StopIteration as done:
+            return chunks, done.value
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("kind", ["str", "list", "tokens"])
+def test_generate_stream_is_the_local_stream(pair, kind):
+    """The same call, with docs/generation.md's keywords, yields the same chunks (text for text) and returns
+    the same result on the local model and the client."""
+    local, client = pair
+    prompt = {"str": PROMPTS[0], "list": PROMPTS, "tokens": local.to_tokens(PROMPTS[1])}[kind]
+    kw = dict(max_new_tokens=5, temperature=0, max_tokens_per_yield=2, verbose=False, stop_at_eos=False)
+    (got, got_result), (expected, expected_result) = (_drain(m.generate_stream(prompt, **kw)) for m in (client, local))
+    assert len(got) == len(expected) == 3
+    assert all(_equal(a, b) for a, b in zip(got, expected, strict=True)), (got, expected)
+    assert _equal(got_result, expected_result)
+
+
+def test_generation_options_object_and_refusals(pair):
+    from hooked.core.errors import InputError
+    from hooked.generation.options import GenerationOptions
+
+    local, client = pair
+    greedy = GenerationOptions(max_new_tokens=4, do_sample=False, verbose=False, stop_at_eos=False)
+    assert client.generate(PROMPTS[0], options=greedy) == local.generate(PROMPTS[0], options=greedy)
+    with pytest.raises(InputError, match="seed= instead"):
+        client.generate(PROMPTS[0], generator=torch.Generator())
+    with pytest.raises(InputError, match="disagree"):  # the local rule: each setting once
+        client.generate(PROMPTS[0], max_new_tokens=7, options=greedy)
+    with pytest.raises(TypeError, match="unexpected keyword"):  # the local signature, not **kwargs
+        client.generate(PROMPTS[0], max_tokens=3)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -174,6 +175,10 @@ def test_sigterm_drains_in_flight_requests(checkpoint, tmp_path):
     assert any(e.get("msg") == "request" and e.get("user") == "alice" and e.get("request_id") for e in entries)
     assert any(e.get("msg") == "shutdown" and e.get("drained") is True for e in entries)
     assert TOKENS["alice"] not in (tmp_path / "server.log").read_text()  # no secrets in the logs
+    text = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in text and all(  # JSON lines only, besides the two lines printed at start
+        x.startswith("{") or x.startswith(("Serving ", "Loaded ")) for x in text.splitlines() if x.strip()
+    ), text[-2000:]
 
 
 def test_compatible_requests_of_different_users_are_batched(checkpoint):
@@ -216,8 +221,11 @@ def test_compatible_requests_of_different_users_are_batched(checkpoint):
             assert torch.equal(results[user], local(inputs[user])), user
 
 
-def test_the_owner_can_cancel_a_running_job(server):
-    with httpx.Client(base_url=server.url, timeout=WAIT_S) as http:
+def test_the_owner_can_cancel_a_running_job(server, caplog):
+    with (
+        caplog.at_level(logging.INFO, logger="hooked.serve"),
+        httpx.Client(base_url=server.url, timeout=WAIT_S) as http,
+    ):
         lines = []
         with http.stream("POST", "/v1/stream", content=_long_sweep_body(torch.arange(1, 25)[None]), headers=ALICE) as r:
             for line in r.iter_lines():
@@ -226,3 +234,44 @@ def test_the_owner_can_cancel_a_running_job(server):
                     assert http.delete(f"/v1/jobs/{lines[0]['job']}", headers=ALICE).json()["cancelled"] is True
         assert lines[-1]["status"] == 499 and "cancelled" in lines[-1]["error"]
         assert http.get(f"/v1/jobs/{lines[0]['job']}", headers=ALICE).json()["state"] == "failed"
+    logged = [r for r in caplog.records if getattr(r, "job_ids", None) == [lines[0]["job"]]]
+    assert [r.getMessage() for r in logged] == ["cancelled"]  # not "ran"
+
+
+def test_shutdown_answers_what_it_cannot_finish_with_503_and_says_so(checkpoint, caplog):
+    """Past the grace period, the running sweep stops and the queued request fails, each with a `hooked`
+    503 ("shutting down"), logged by id; the shutdown line says `drained: false`."""
+    import threading
+
+    model = HookedTransformer.from_pretrained(str(checkpoint))
+    srv = start_in_thread(model, tokens=TOKENS, options=ServeOptions(drain_timeout_s=1.0))
+    lines, answers = [], {}
+
+    def alice():
+        with httpx.Client(base_url=srv.url, timeout=WAIT_S) as http:
+            body = _long_sweep_body(torch.arange(1, 25)[None])
+            with http.stream("POST", "/v1/stream", content=body, headers=ALICE) as r:
+                lines.extend(json.loads(line) for line in r.iter_lines())
+
+    def bob():
+        bob_headers = {**ALICE, "authorization": f"Bearer {TOKENS['bob']}"}
+        body = encode({"op": "forward"}, {"tokens": torch.tensor([[1, 2]])})
+        answers["bob"] = httpx.post(srv.url + "/v1/run", content=body, headers=bob_headers, timeout=WAIT_S)
+
+    threads = [threading.Thread(target=alice), threading.Thread(target=bob)]
+    with caplog.at_level(logging.INFO, logger="hooked.serve"):
+        threads[0].start()
+        deadline = time.monotonic() + WAIT_S
+        while not any("progress" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the sweep is running ...
+        threads[1].start()
+        time.sleep(0.3)  # ... and bob's forward waits behind it
+        srv.stop()
+        for t in threads:
+            t.join(WAIT_S)
+    assert lines[-1]["status"] == 503 and "shutting down" in lines[-1]["error"], lines[-1]
+    assert answers["bob"].status_code == 503 and "shutting down" in answers["bob"].json()["error"]
+    stopped = [r.job_ids[0] for r in caplog.records if r.getMessage() == "stopped at shutdown" and r.job_ids]
+    assert lines[0]["job"] in stopped and len(stopped) == 2
+    (shutdown,) = [r for r in caplog.records if r.getMessage() == "shutdown"]
+    assert shutdown.drained is False and set(shutdown.job_ids) == set(stopped)

@@ -240,3 +240,50 @@ def test_binding_all_addresses_without_tokens_is_refused(monkeypatch, capsys):
     assert main(["serve", "--host", "0.0.0.0", "--port", "9"]) == 1
     assert "refusing to serve on 0.0.0.0 without authentication" in capsys.readouterr().err
     assert main(["serve", "--host", "0.0.0.0", "--no-auth"]) == 1
+
+
+def test_status_page_without_a_login_shows_counts_only(server):
+    server.post("/v1/run", content=_ok_body(), headers=BOB)
+    page = server.get("/").text
+    assert "in flight" in page and "users with requests" in page
+    assert not any(word in page for word in ("alice", "bob", "Model:", "gpt2", "/tmp"))
+    with_token = server.get("/", headers={"authorization": BOB["authorization"]}).text
+    assert "bob" in with_token and "Model:" in with_token
+
+
+def test_a_browser_logs_in_with_a_form_and_gets_a_session_cookie(server):
+    with httpx.Client(base_url=str(server.base_url), timeout=30) as browser:
+        html_get = {"accept": "text/html"}
+        r = browser.get("/inspect?prompt=hi", headers=html_get)
+        assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Finspect%3Fprompt%3Dhi"
+        assert browser.get("/inspect?prompt=hi").status_code == 401  # an API client gets a 401
+        r = browser.post("/login", data={"token": "wrong-token-0123456789", "next": "/"})
+        assert r.status_code == 401 and "Unknown token" in r.text
+        r = browser.post("/login", data={"token": TOKENS["alice"], "next": "//evil.example/x"})
+        assert r.status_code == 303 and r.headers["location"] == "/"  # no open redirect
+        cookie = r.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and TOKENS["alice"].lower() not in cookie
+        assert browser.get("/inspect", params={"prompt": "The quick brown fox"}).status_code == 200
+        assert "alice" in browser.get("/").text
+        r = browser.post("/v1/run", content=_ok_body(), headers={"content-type": CONTENT_TYPE})
+        assert r.status_code == 401  # the API takes a token, never the cookie
+        browser.post("/logout")
+        assert browser.get("/inspect?prompt=hi").status_code == 401
+
+
+def test_an_intervention_tensor_that_would_enlarge_its_activation_is_refused(server):
+    hook = {"name": "blocks.0.hook_resid_pre", "hook": {"op": "add", "tensor": "h0.0"}}
+    for shape in ((4096, 1, 1), (2, 3, 64), (5,)):
+        r = server.post(
+            "/v1/run", content=encode({"op": "forward", "hooks": [hook]}, {"tokens": torch.tensor([[1, 2, 3]]),
+            "h0.0": torch.ones(shape)}), headers=ALICE,
+        )  # fmt: skip
+        assert r.status_code == 422 and "does not fit the activation (1, 3, 64)" in r.json()["error"], shape
+    metric = {"op": "log_prob", "token": 1, "pos": -9}
+    body = encode(
+        {"op": "patch", "function": "get_act_patch_resid_pre", "metric": metric},
+        {"tokens": torch.tensor([[1, 2, 3]]), "clean_tokens": torch.tensor([[1, 2, 4]])},
+    )
+    r = server.post("/v1/run", content=body, headers=ALICE)
+    assert r.status_code == 422 and "position -9" in r.json()["error"]
+    _still_serving(server)

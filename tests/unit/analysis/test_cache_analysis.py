@@ -309,3 +309,17 @@ def test_split_qkv_mode_uses_query_head_zero_scale():
     normed = cache.apply_ln_to_stack(cache["resid_pre", 1][None, :, -1], 1, pos_slice=-1)[0]
     close(normed, cache["normalized", 1, "ln1"][:, -1, 0])
     close(cache.decompose_resid(layer=1, apply_ln=True).sum(0), cache["normalized", 1, "ln1"][:, :, 0])
+
+
+def test_mlp_input_on_an_attention_only_model():
+    """No MLP reads the stream of an attention-only block: without norms the stack comes back unchanged (as in
+    TransformerLens); with norms there is no ln2 scale, and the error says to drop mlp_input."""
+    from hooked.core.errors import InputError
+
+    _, cache = make_model(normalization_type=None, attn_only=True).run_with_cache(torch.arange(6)[None])
+    stack = cache.decompose_resid(layer=1, mlp_input=True)
+    assert torch.equal(cache.apply_ln_to_stack(stack, layer=1, mlp_input=True), stack)
+    assert torch.equal(cache.decompose_resid(layer=1, mlp_input=True, apply_ln=True), stack)
+    _, cache = make_model(normalization_type="LN", attn_only=True).run_with_cache(torch.arange(6)[None])
+    with pytest.raises(InputError, match="attention-only model has no MLP"):
+        cache.decompose_resid(layer=1, mlp_input=True, apply_ln=True)

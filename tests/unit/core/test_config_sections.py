@@ -29,6 +29,7 @@ SECTIONS = (
     "hook switches",
     "HF numerics",
     "runtime",
+    "image-text models",
     "provenance",
     "accepted for TransformerLens",
 )
@@ -94,6 +95,7 @@ def test_the_class_docstring_names_every_section():
         ("bias_after_matmul", "HF numerics"),
         ("norm_gain_fp32_in_float16", "HF numerics"),
         ("dtype", "runtime"),
+        ("vision_language", "image-text models"),
         ("original_architecture", "provenance"),
         ("trust_remote_code", "accepted for TransformerLens"),
     ],
@@ -156,14 +158,16 @@ GQA = {
     "stablelm_qk_norm", "bigcode", "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "phi3",
     "granite", "apertus", "smollm3", "olmo", "gemma", "qwen2_moe", "qwen3_moe", "gpt_oss", "hunyuan", "gemma4",
     "gemma4_multimodal", "gemma3n",
+    "glm4_moe", "phimoe", "granitemoe",
 }  # fmt: skip
 NOT_ROTARY = {"gpt2", "opt", "bloom", "gpt_neo", "bigcode", "mpt", "xglm"}
 MOE = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"}
+MOE |= {"deepseek_v2", "deepseek_v3", "glm_moe_dsa", "glm4_moe", "phimoe", "granitemoe"}  # issue 37
 POST_NORM = {"olmo2", "olmo3"}
 SANDWICH = {"gemma2", "gemma3", "gemma3_multimodal", "gemma4", "gemma4_multimodal", "gemma3n"}
 LAYER_NORM = {
     "gpt2", "neox", "phi", "opt", "bloom", "gptj", "gpt_neo", "stablelm_qk_norm", "stablelm_parallel", "bigcode",
-    "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "olmo", "mpt", "codegen", "xglm",
+    "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "olmo", "mpt", "codegen", "xglm", "phimoe",
 }  # fmt: skip
 
 
@@ -203,7 +207,8 @@ def test_the_modules_built_from_a_config_agree_with_its_properties(family_config
         block = model.blocks[0]
         assert isinstance(block.attn, GroupedQueryAttention) == cfg.uses_grouped_query_attention, family
         assert any(b.attn.rotary for b in model.blocks) == cfg.uses_rotary, family
-        assert hasattr(block.mlp, "experts") == cfg.uses_moe, family
+        assert hasattr(block.mlp, "experts") == cfg.is_moe_layer(0), family  # DeepSeek, GLM: a dense first layer
+        assert any(hasattr(b.mlp, "experts") for b in model.blocks) == cfg.uses_moe, family
         assert isinstance(block, PostNormBlock) == cfg.is_post_norm, family
         assert (isinstance(block, PostNormBlock) or hasattr(block, "ln1_post")) == cfg.has_post_sublayer_norms
         assert isinstance(block.ln1, LayerNorm | LayerNormPre) == cfg.uses_layer_norm, family

@@ -15,7 +15,7 @@ from hooked.core.errors import InputError
 from hooked.core.utils import at_steps
 from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
 from tests.tiny_models import EVERY_FAMILY, hooked_from
-from tests.unit.models.test_compile import SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
+from tests.unit.models.test_compile import MOE, SWEEP, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
 
 # the runtime shape checks' wrappers would break the compiled decode step's graph (tests/README.md)
 pytestmark = pytest.mark.unchecked
@@ -43,7 +43,13 @@ def assert_same_generation(a, b):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("family", SWEEP)
+#: DSA picks its keys by `topk` over every key column, whose ties (scores of exactly 0) break differently over a
+#: static cache's capacity than over the growing cache's length, as in HF: its static generate is compared with
+#: HF's static generate instead (tests/acceptance/test_latent_and_routed_parity.py)
+TIE_DEPENDENT = {"glm_moe_dsa"}
+
+
+@pytest.mark.parametrize("family", [p for p in SWEEP if p.values[0] not in TIE_DEPENDENT])
 def test_static_equals_dynamic_eager_and_compiled(family):
     m = model(family)
     toks, mask = padded_prompt()
@@ -60,7 +66,7 @@ def test_static_equals_dynamic_eager_and_compiled(family):
         toks, attention_mask=mask, cache_implementation="static", compile=True, static_options=options, **GREEDY
     )
     assert torch.equal(again.sequences, compiled.sequences)
-    if family not in ("mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"):  # MoE routing breaks the graph
+    if family not in MOE:  # MoE routing breaks the graph
         assert counter.graphs == 1  # one decode-step graph for every step of both calls
 
 

@@ -17,14 +17,15 @@ from hooked import HookedTransformerConfig, loading
 from hooked.core.errors import UnsupportedConfigError
 from hooked.loading.config_checks import ROPE_TYPES
 
-GEMMA3_TEXT = {"text_config": {"hidden_activation": "quick_gelu"}}
+GEMMA3_TEXT = {"text_config": {"hidden_activation": "mish"}}
+GLM_DSA_LAYERS = transformers.GlmMoeDsaConfig().num_hidden_layers  # HF checks one layer type per layer
 
 #: HF class -> (config changes, the field the refusal names)
 REFUSALS: dict[str, tuple[dict, str]] = {
-    "GPT2LMHeadModel": (dict(activation_function="quick_gelu"), "activation_function"),
+    "GPT2LMHeadModel": (dict(activation_function="mish"), "activation_function"),
     "LlamaForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "MistralForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
-    "Qwen2ForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "Qwen2ForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
     "Qwen3ForCausalLM": (dict(hidden_act="gelu_10"), "hidden_act"),
     "ApertusForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "GemmaForCausalLM": (dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
@@ -40,37 +41,66 @@ REFUSALS: dict[str, tuple[dict, str]] = {
     "MixtralForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "Qwen2MoeForCausalLM": (dict(mlp_only_layers=[0]), "mlp_only_layers"),
     "Qwen3MoeForCausalLM": (dict(decoder_sparse_step=2), "decoder_sparse_step"),
-    "OlmoeForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "OlmoeForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
     "OlmoForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "Olmo2ForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "Olmo3ForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
-    "Phi3ForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "Phi3ForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
     "SmolLM3ForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "GraniteForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
     "CohereForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
-    "FalconForCausalLM": (dict(activation="quick_gelu"), "activation"),
+    "FalconForCausalLM": (dict(activation="mish"), "activation"),
     "GptOssForCausalLM": (dict(rope_parameters=dict(rope_type="ntk_by_parts", rope_theta=1e4)), "rope_type"),
-    "GPTNeoXForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
-    "GPTJForCausalLM": (dict(activation_function="quick_gelu"), "activation_function"),
+    "GPTNeoXForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
+    "GPTJForCausalLM": (dict(activation_function="mish"), "activation_function"),
     "GPTNeoForCausalLM": (dict(activation_function="relu2"), "activation_function"),
-    "PhiForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "PhiForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
     "OPTForCausalLM": (dict(do_layer_norm_before=False), "do_layer_norm_before"),
     "BloomForCausalLM": (dict(apply_residual_connection_post_layernorm=True), "apply_residual_connection"),
     "StableLmForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
-    "GPTBigCodeForCausalLM": (dict(activation_function="quick_gelu"), "activation_function"),
-    "Starcoder2ForCausalLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "GPTBigCodeForCausalLM": (dict(activation_function="mish"), "activation_function"),
+    "Starcoder2ForCausalLM": (dict(hidden_act="mish"), "hidden_act"),
     "MptForCausalLM": (dict(attn_config=dict(qk_ln=True)), "attn_config.qk_ln"),
-    "CodeGenForCausalLM": (dict(activation_function="quick_gelu"), "activation_function"),
+    "CodeGenForCausalLM": (dict(activation_function="mish"), "activation_function"),
     "XGLMForCausalLM": (dict(add_cross_attention=True), "add_cross_attention"),
     "HunYuanDenseV1ForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
-    "T5ForConditionalGeneration": (dict(feed_forward_proj="gated-quick_gelu"), "feed_forward_proj"),
+    "DeepseekV2ForCausalLM": (dict(mlp_bias=True), "mlp_bias"),
+    "DeepseekV3ForCausalLM": (dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)), "rope_type"),
+    "GlmMoeDsaForCausalLM": (dict(layer_types=["full_attention"] * GLM_DSA_LAYERS), "layer_types"),
+    "Glm4MoeForCausalLM": (dict(hidden_act="relu2"), "hidden_act"),
+    "PhimoeForCausalLM": (dict(num_experts_per_tok=3), "num_experts_per_tok"),
+    "GraniteMoeForCausalLM": (dict(rope_parameters=dict(rope_type="dynamic", factor=2.0, rope_theta=1e4)), "rope_type"),
+    "LlavaForConditionalGeneration": (dict(projector_hidden_act="mish"), "projector_hidden_act"),
+    "LlavaNextForConditionalGeneration": (
+        {"vision_config": {"model_type": "clip_vision_model", "hidden_act": "relu2"}},
+        "vision_config.hidden_act",
+    ),
+    "LlavaOnevisionForConditionalGeneration": (
+        {"text_config": {"model_type": "qwen2", "hidden_act": "mish"}},
+        "hidden_act",
+    ),
+    "Qwen2_5_VLForConditionalGeneration": ({"vision_config": {"hidden_act": "gelu_10"}}, "vision_config.hidden_act"),
+    "T5ForConditionalGeneration": (dict(feed_forward_proj="gated-mish"), "feed_forward_proj"),
     "HubertModel": (dict(conv_pos_batch_norm=True), "conv_pos_batch_norm"),
     "BertForPreTraining": (dict(is_decoder=True), "is_decoder"),
-    "BertForMaskedLM": (dict(hidden_act="quick_gelu"), "hidden_act"),
+    "BertForMaskedLM": (dict(hidden_act="mish"), "hidden_act"),
     "BertForNextSentencePrediction": (dict(is_decoder=True), "is_decoder"),
     "BertModel": (dict(hidden_act="relu2"), "hidden_act"),
-    "DistilBertForMaskedLM": (dict(activation="quick_gelu"), "activation"),
+    "DistilBertForMaskedLM": (dict(activation="mish"), "activation"),
     "DistilBertModel": (dict(activation="relu2"), "activation"),
+}
+
+
+#: HF classes whose default config is no model HF builds either, and the smallest change that makes one
+BASES: dict[str, dict] = {
+    # the default SigLIP (224 / 16: 14 patches a side) cannot pool into 256 image tokens; Gemma 3's is 896 / 14
+    "Gemma3ForConditionalGeneration": {"vision_config": {"image_size": 896, "patch_size": 14}},
+    "DeepseekV2ForCausalLM": dict(num_experts_per_tok=6),  # the default leaves the router's top-k unset
+    "Glm4MoeForCausalLM": dict(head_dim=128),  # the default 4096 wide / 96 heads has no integer head width
+    # hooked's ViT reads whole patches (image_size a multiple of patch_size); the default SigLIP is 384 / 14
+    "LlavaOnevisionForConditionalGeneration": {
+        "vision_config": {"model_type": "siglip_vision_model", "image_size": 378, "patch_size": 14}
+    },
 }
 
 
@@ -81,7 +111,12 @@ def converter(hf_class: str):
 
 
 def hf_config(hf_class: str, **changes):
-    return getattr(transformers, hf_class).config_class(**changes)
+    """The class's default config (plus `BASES`) with `changes`; a sub-config dict updates the base's."""
+    fields = dict(BASES.get(hf_class, {}))
+    for name, value in changes.items():
+        merge = isinstance(value, dict) and isinstance(fields.get(name), dict)
+        fields[name] = {**fields[name], **value} if merge else value
+    return getattr(transformers, hf_class).config_class(**fields)
 
 
 def test_every_registered_architecture_has_a_refusal():

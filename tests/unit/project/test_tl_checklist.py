@@ -258,6 +258,74 @@ def check_eigenvalues(gpt2, gqa, capsys):
     assert m.eigenvalues.shape == (3,)  # torch.linalg.eig refuses bfloat16: the factors were upcast
 
 
+def _shortformer_cache():
+    from tests.tiny_models import tiny_hooked
+
+    model = tiny_hooked("attn_only_shortformer")
+    return model.run_with_cache(_ids(model, 6, batch=2))[1]
+
+
+def check_decompose_resid(gpt2, gqa, capsys):
+    cache = _shortformer_cache()
+    stack, labels = cache.decompose_resid(return_labels=True)
+    assert "pos_embed" not in labels  # it feeds q and k only
+    torch.testing.assert_close(stack.sum(0), cache["resid_post", -1], rtol=1e-5, atol=1e-5)
+
+
+def check_full_resid_decomposition(gpt2, gqa, capsys):
+    cache = _shortformer_cache()
+    stack, labels = cache.get_full_resid_decomposition(return_labels=True)
+    assert "pos_embed" not in labels
+    torch.testing.assert_close(stack.sum(0), cache["resid_post", -1], rtol=1e-5, atol=1e-5)
+
+
+def check_stack_head_results(gpt2, gqa, capsys):
+    _, cache = gpt2.run_with_cache(_ids(gpt2))
+    stack, labels = cache.stack_head_results(layer=0, incl_remainder=True, return_labels=True)
+    assert labels == ["remainder"] and torch.equal(stack[0], cache["resid_pre", 0])
+
+
+def check_stack_neuron_results(gpt2, gqa, capsys):
+    _, cache = gpt2.run_with_cache(_ids(gpt2))
+    stack, labels = cache.stack_neuron_results(layer=0, incl_remainder=True, return_labels=True)
+    assert labels == ["remainder"] and torch.equal(stack[0], cache["resid_pre", 0])
+    stack, labels = cache.stack_neuron_results(layer=2, neuron_slice=3, return_labels=True)
+    assert labels == ["L0N3", "L1N3"] and stack.shape == (2, *cache["resid_pre", 0].shape)
+
+
+def check_apply_ln_to_stack(gpt2, gqa, capsys):
+    from hooked.core.errors import InputError
+
+    _, cache = gpt2.run_with_cache(_ids(gpt2, batch=2))
+    scaled = cache.decompose_resid(apply_ln=True, pos_slice=-1)
+    with pytest.raises(InputError, match="already scaled"):
+        cache.apply_ln_to_stack(scaled, pos_slice=-1)
+    last = cache["resid_post", -1][:, -1]  # [batch, d_model]: no component axis, as TL divides it
+    centered = last - last.mean(-1, keepdim=True)
+    expected = centered / cache["ln_final.hook_scale"][:, -1]
+    torch.testing.assert_close(cache.apply_ln_to_stack(last, pos_slice=-1), expected, rtol=0, atol=0)
+    with pytest.raises(InputError, match="pos_slice"):
+        cache.apply_ln_to_stack(last[None], pos_slice=[0, 1, 2])  # 3 positions: the scale does not broadcast
+
+
+def check_logit_attrs(gpt2, gqa, capsys):
+    tokens = _ids(gpt2, batch=2)
+    logits, cache = gpt2.run_with_cache(tokens)
+    answer = torch.tensor([5, 7])  # one token per sequence, for a stack of every position
+    attrs = cache.logit_attrs(cache["resid_post", -1][None], answer)  # [1, batch, pos]
+    # unfolded ln_final: its gain multiplies the direction, so this is the logit less b_U and ln_final's bias
+    normalized = cache["ln_final.hook_normalized"] * gpt2.ln_final.w  # [batch, pos, d_model]
+    expected = torch.einsum("bpd,db->bp", normalized, gpt2.W_U[:, answer])
+    torch.testing.assert_close(attrs[0], expected, rtol=1e-5, atol=1e-5)
+    unembed_bias = gpt2.b_U[answer] + gpt2.ln_final.b @ gpt2.W_U[:, answer]  # [batch]
+    torch.testing.assert_close(
+        attrs[0] + unembed_bias[:, None],
+        logits.gather(-1, answer[:, None, None].expand(2, 8, 1))[..., 0],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
 #: row's first path -> (phrase the row's status must contain, check)
 BEHAVIOURS = {
     "hooked.models.hooked_transformer.HookedTransformer.from_pretrained": (
@@ -289,6 +357,30 @@ BEHAVIOURS = {
     "hooked.analysis.patching.get_act_patch_attn_head_all_pos_every": ("zero-padded from Hkv to H", check_every),
     "hooked.analysis.head_detector.detect_head": ("never the cached tensor", check_detect_head),
     "hooked.core.factored_matrix.FactoredMatrix.Vh": ("`DeprecationWarning`", check_vh),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.decompose_resid": (
+        "a shortformer's `pos_embed` is no component",
+        check_decompose_resid,
+    ),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.get_full_resid_decomposition": (
+        "no `pos_embed` component for a shortformer",
+        check_full_resid_decomposition,
+    ),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.stack_head_results": (
+        "the `remainder` is the stream entering layer 0",
+        check_stack_head_results,
+    ),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.stack_neuron_results": (
+        "an int `neuron_slice` takes that neuron of each layer",
+        check_stack_neuron_results,
+    ),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.apply_ln_to_stack": (
+        "a stack scaled already (`apply_ln=True`) raises",
+        check_apply_ln_to_stack,
+    ),
+    "hooked.analysis.cache_analysis.CacheAnalysisMixin.logit_attrs": (
+        "it multiplies the token directions",
+        check_logit_attrs,
+    ),
     "hooked.core.factored_matrix.FactoredMatrix.eigenvalues": ("upcast before `eig`", check_eigenvalues),
 }
 

@@ -1,14 +1,17 @@
 """The scheduler alone (no model, no HTTP): round-robin fairness, limits, quotas, cancellation,
-timeouts, batching and draining. Jobs are plain functions; every wait is bounded."""
+timeouts, batching, draining, delivery, memory budgets, shutdown and outcome logs. Jobs are plain
+functions; every wait is bounded."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import pytest
 
-from hooked.serve.scheduler import Job, JobCancelled, JobTimeout, Scheduler, SchedulerOptions
+from hooked.core.errors import ShuttingDown
+from hooked.serve.scheduler import Job, JobCancelled, JobTimeout, Scheduler, SchedulerOptions, outcome
 from hooked.serve.wire import WireError
 
 WAIT = 10.0
@@ -112,4 +115,91 @@ def test_returned_bytes_quota():
         s.submit(Job("a", "x", lambda job: None))
     assert e.value.status == 429 and "response bytes" in str(e.value)
     assert s.submit(Job("b", "x", lambda job: None)).done.wait(WAIT)  # other users unaffected
+    s.close()
+
+
+def test_a_job_is_in_flight_until_its_answer_is_delivered():
+    s = _sched(max_jobs_per_user=2)
+    first = s.reserve("a", 0)  # before its body is read
+    second = s.reserve("a", 0)
+    with pytest.raises(WireError) as e:
+        s.reserve("a", 0)
+    assert e.value.status == 429
+    first.take(Job("a", "x", lambda job: "answer"))
+    s.enqueue(first)
+    assert first.done.wait(WAIT) and first.result == "answer"
+    with pytest.raises(WireError):  # done, but its answer not yet sent
+        s.reserve("a", 0)
+    s.settle(first)
+    assert first.result is None and first.run is None and first.state == "done"  # only the status stays
+    s.abandon(second, WireError("bad request"))
+    s.reserve("a", 0)
+    s.close()
+
+
+def test_memory_held_in_flight_is_budgeted_per_user_and_globally():
+    s = _sched(max_held_bytes=1000, max_user_held_bytes=600)
+    a = s.reserve("a", 500)
+    with pytest.raises(WireError) as e:
+        s.reserve("a", 200)  # a would hold 700
+    assert e.value.status == 429
+    s.reserve("b", 450)
+    with pytest.raises(WireError) as e:
+        s.reserve("c", 100)  # 1050 in all
+    assert e.value.status == 503
+    s.abandon(a, WireError("gone"))
+    s.reserve("c", 100)
+    s.close()
+
+
+def test_shutdown_stops_what_is_unfinished_and_says_so(caplog):
+    s = _sched(max_jobs_per_user=4)
+
+    def long_job(job):
+        for _ in range(1000):
+            job.check()
+            time.sleep(0.01)
+
+    running = s.submit(Job("a", "sweep", long_job))
+    queued = s.submit(Job("b", "forward", lambda job: "never"))
+    s.begin_shutdown()
+    with pytest.raises(WireError) as e:
+        s.submit(Job("c", "x", lambda job: None))
+    assert e.value.status == 503
+    time.sleep(0.1)
+    with caplog.at_level(logging.INFO, logger="hooked.serve"):
+        stopped = s.stop_unfinished()
+        assert running.done.wait(WAIT) and queued.done.wait(WAIT)
+    assert stopped == [queued.id] and s.stopped == [queued.id, running.id]
+    assert isinstance(running.error, ShuttingDown) and isinstance(queued.error, ShuttingDown)
+    assert running.error.status == 503 and "shutting down" in str(queued.error)
+    assert not s.drain(WAIT)  # something was cut
+    assert {r.getMessage() for r in caplog.records} >= {"stopped at shutdown"}
+    s.close()
+
+
+class Panic(BaseException):
+    """What a native library's panic looks like from Python: not an Exception."""
+
+
+def test_outcomes_are_logged_by_name_and_a_panic_fails_only_its_job(caplog):
+    s = _sched(request_timeout_s=0.2)
+
+    def slow(job):
+        while True:
+            job.check()
+            time.sleep(0.01)
+
+    with caplog.at_level(logging.INFO, logger="hooked.serve"):
+        jobs = [s.submit(Job("a", "x", fn)) for fn in (lambda job: 1, slow)]
+        assert jobs[1].done.wait(WAIT)
+        cancelled = Job("b", "x", slow)
+        s.submit(cancelled)
+        cancelled.cancelled.set()
+        panicking = s.submit(Job("c", "x", lambda job: (_ for _ in ()).throw(Panic("boom"))))
+        assert cancelled.done.wait(WAIT) and panicking.done.wait(WAIT)
+        assert s.submit(Job("c", "x", lambda job: 2)).done.wait(WAIT)  # the worker lives on
+    assert isinstance(panicking.error, Panic)
+    assert [outcome(j) for j in (*jobs, cancelled, panicking)] == ["ran", "timed out", "cancelled", "failed"]
+    assert {"ran", "timed out", "cancelled", "failed"} <= {r.getMessage() for r in caplog.records}
     s.close()
