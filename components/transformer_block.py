@@ -46,9 +46,7 @@ class TransformerBlock(nn.Module):
             self.ln2 = make_norm(cfg)
             if cfg.is_moe_layer(layer):
                 self.mlp = make_moe(cfg)
-            elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (DeepSeek's first layers)
-                self.mlp = GatedMLP(cfg)  # as wide as the layer's config says (`layer_d_mlp`)
-            else:
+            else:  # DeepSeek's first layers too: dense, as wide as the layer's config says (`layer_d_mlp`)
                 self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
             if cfg.use_normalization_before_and_after:
                 self.ln2_post = make_norm(cfg, post_norm)
@@ -129,7 +127,7 @@ class TransformerBlock(nn.Module):
 
 def attention_class(cfg: HookedTransformerConfig, layer: int) -> type[Attention]:
     """The attention of block `layer` (`cfg` its `layer_config`): queries only, attending to an earlier layer's keys
-    and values (KV sharing, Gemma 3n/4); latent (MLA); sparse latent (DSA); grouped-query; or multi-head."""
+    and values (KV sharing, Gemma 3n/4); sparse latent (DSA); latent (MLA); grouped-query; or multi-head."""
     if cfg.kv_source(layer) is not None:
         return SharedKVAttention
     if cfg.uses_sparse_attention:
