@@ -2,7 +2,8 @@
 
 A converter that silently ignored an HF config field would load a model computing something
 else than the checkpoint. For each HF class `hooked.loading` registers, the class's own default
-config converts into a valid `HookedTransformerConfig`, and one value HF implements but the
+config (where HF's default is no model, with the smallest change that makes one: `BASES`)
+converts into a valid `HookedTransformerConfig`, and one value HF implements but the
 converter does not (an activation, a dense layer in a MoE, a bidirectional or post-LayerNorm
 variant, ...) raises `UnsupportedConfigError` naming the field. Every table entry is a real HF
 value (HF builds the model), and every registered class must have one.
