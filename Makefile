@@ -66,6 +66,7 @@ bench: venv
 	$(BIN)/python benchmarks/generate.py
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/patching.py
+	$(BIN)/python benchmarks/ssm.py
 
 # circuit-tracer's own tests on TransformerLens and on hooked (benchmarks/circuit_tracer_suite.py):
 # CT_CHECKOUT = a circuit-tracer checkout (Caerii/circuit-tracer 1cbc8b7), TL_PYTHON = a Python with

@@ -50,6 +50,11 @@ def gelu_bloom(x: torch.Tensor) -> torch.Tensor:
     return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
 
 
+def relu2(x: torch.Tensor) -> torch.Tensor:
+    """Squared ReLU (HF's `ReLUSquaredActivation`, Nemotron-H's MLPs)."""
+    return torch.square(F.relu(x))
+
+
 def quick_gelu(x: torch.Tensor) -> torch.Tensor:
     """OpenAI CLIP's sigmoid approximation of GELU, `x * sigmoid(1.702 x)` (HF's `QuickGELUActivation`)."""
     return x * torch.sigmoid(1.702 * x)
@@ -57,6 +62,7 @@ def quick_gelu(x: torch.Tensor) -> torch.Tensor:
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
+    "relu2": relu2,
     "gelu": F.gelu,
     "gelu_new": gelu_new,
     "gelu_fast": gelu_fast,

@@ -178,8 +178,12 @@ class Attention(AttentionBuffers, nn.Module):
         else:
             q, k, v = self._heads_first(q, k, v)
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
-        z = self.hook_z(z.transpose(1, 2))  # [batch, pos, head, d_head]
+        z = self.hook_z(self._gate_z(z.transpose(1, 2), query_input))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _gate_z(self, z: Float[torch.Tensor, "batch pos head d_head"], query_input: torch.Tensor) -> torch.Tensor:
+        """`z` as `W_O` reads it (`GatedAttention`, Qwen3-Next: times a per-head gate of the input)."""
+        return z
 
     def _qkv(
         self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor, state: ForwardState

@@ -6,7 +6,12 @@
               GPT-OSS's softmax over the top-k logits is this renormalization); cast to the
               model dtype before weighing the experts' outputs, except with `moe_mix_in_fp32`
               (Mixtral: the product is float32, cast after, as HF)
-    out     = sum_k weights_k * expert_{indices_k}(x)  (+ sigmoid(x w_s) * shared_expert(x), Qwen2-MoE)
+    out     = sum_k weights_k * expert_{indices_k}(x)
+              + sigmoid(x w_s) * shared_expert(x)  (Qwen2-MoE, Qwen3-Next; without `shared_expert_gate`
+                                                    the shared expert is added as is: DeepSeek, GLM, Granite-hybrid)
+
+Routers other than this softmax (sigmoid scores with a selection bias, groups, GraniteMoE's and
+PhiMoE's) are subclasses in `components/moe_routing.py`; every one keeps these experts and hooks.
 
 Experts are dispatched by grouping: the (token, slot) pairs are sorted by expert, each
 expert runs once on the contiguous block of tokens routed to it (one matmul per weight,
@@ -14,7 +19,8 @@ possibly on zero rows), and one `index_add_` scatters the weighted outputs back.
 float32 they go back to (token, slot) order instead and are summed over the slots, then
 cast once (HF's default `grouped_mm` experts, bit for bit in bfloat16 and float16). The
 only Python loop is over experts, never over tokens. Every expert's hooks fire on every
-forward, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it.
+forward it is hooked on, with shape `[n_e, d_mlp]` for the `n_e` tokens routed to it (an expert that
+no token reached and no hook watches is skipped: it adds nothing).
 
 Weights use TransformerLens's MoE layout (bias-free `nn.Linear`, `[out, in]`): the
 router `W_gate.weight [E, d_model]` and `experts.{e}.W_in/W_gate/W_out.weight`.
@@ -32,7 +38,7 @@ from jaxtyping import Float, Int
 from hooked.components.activations import get_activation
 from hooked.components.norms import unedited
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import NNSIGHT_STATE, HookPoint
 from hooked.core.validation import require_set
 
 
@@ -94,6 +100,29 @@ class MoE(nn.Module):
         self.hook_expert_weights = HookPoint()  # [batch, pos, num_experts], float32
         self.hook_expert_indices = HookPoint()  # [batch, pos, experts_per_token]
 
+    def _watched_experts(self) -> set[int]:
+        """The experts a hook watches (they run even with no token), in one pass over their hook points.
+
+        The hook points are listed once (and again if an expert was replaced): a decode step asks this
+        of every MoE layer, and attribute lookups through `nn.Module` cost more than the checks.
+        """
+        listed = self.__dict__.get("_expert_hooks")
+        if listed is None or any(a is not b for a, b in zip(listed[0], self.experts, strict=True)):
+            hooks = [
+                (e, m) for e, expert in enumerate(self.experts) for m in expert.modules() if isinstance(m, HookPoint)
+            ]
+            listed = self.__dict__["_expert_hooks"] = (list(self.experts), hooks)
+        # `HookPoint.observed`, spelled out: any hook function or module hook, or an nnsight trace on it
+        return {
+            e
+            for e, hp in listed[1]
+            if hp._fwd_fns
+            or hp._bwd_fns
+            or hp._forward_hooks
+            or hp._forward_pre_hooks
+            or (NNSIGHT_STATE in hp.__dict__ and hp.observed)
+        }
+
     def route(
         self, x: Float[torch.Tensor, "batch pos d_model"]
     ) -> tuple[Int[torch.Tensor, "batch pos k"], Float[torch.Tensor, "batch pos k"]]:
@@ -113,9 +142,11 @@ class MoE(nn.Module):
         order = slots.argsort(stable=True)  # slots grouped by expert, tokens ascending within each
         tokens = order // self.top_k  # [tokens * k]
         counts = torch.bincount(slots, minlength=self.num_experts).tolist()
+        watched = self._watched_experts() if 0 in counts else ()
         outputs = [
             expert(flat[rows])  # [n_e, d_model]
-            for expert, rows in zip(self.experts, tokens.split(counts), strict=True)
+            for e, (expert, rows) in enumerate(zip(self.experts, tokens.split(counts), strict=True))
+            if counts[e] or e in watched  # an expert no token reached adds nothing: skip it unless hooked
         ]
         slot_weights = weights.reshape(-1, 1)[order]  # [tokens * k, 1], float32
         if not self.cfg.moe_mix_in_fp32:  # Qwen-MoE, OLMoE: HF's router casts the weights first

@@ -1,22 +1,26 @@
-"""Routers beyond a softmax over every expert: DeepSeek's and GLM's, GraniteMoE's, PhiMoE's sparsemixer.
+"""Routers beyond a softmax over every expert: DeepSeek's and GLM's, LFM2-MoE's, GraniteMoE's, PhiMoE's sparsemixer.
 
-Each is a `components.moe.MoE` whose `route` differs; the experts, their dispatch and their hooks
-are `MoE`'s. Hooks under `blocks.{l}.mlp.` (E experts, k per token, G groups):
+Each is a `components.moe.SharedExpertMoE` (a `MoE`, plus an always-on shared expert where the config
+has one) whose `route` differs; the experts, their dispatch and their hooks are `MoE`'s. Hooks under
+`blocks.{l}.mlp.` (E experts, k per token, G groups):
 
 | router (`cfg.router_scoring`) | `hook_router_logits` `[b,p,E]` | `hook_expert_weights` `[b,p,E]` | choice |
 |---|---|---|---|
 | `softmax`, float32 router (DeepSeek-V2) | `x W^T` in float32 | softmax of the logits | top-k of the scores in the best groups (`hook_expert_groups` `[b,p,topk_groups]`) |
-| `sigmoid` (DeepSeek-V3, GLM) | `x W^T` in float32 | sigmoid of the logits | top-k of scores + `e_score_correction_bias`, in the best groups |
-| `topk_softmax` (GraniteMoE) | `x W^T`, cast to float32 | softmax of the logits | top-k of the logits |
+| `sigmoid` (DeepSeek-V3, GLM, LFM2-MoE) | `x W^T` in float32 (`router_in_fp32`) or the model dtype (LFM2-MoE) | sigmoid of the logits (float32) | top-k of scores + `e_score_correction_bias`, in the best groups |
+| `topk_softmax` (GraniteMoE, Granite-hybrid) | `x W^T`, cast to float32 | softmax of the logits | top-k of the logits |
 | `sparsemixer` (PhiMoE) | `x W^T`, model dtype | each expert's final weight (0 if not chosen) | two masked softmaxes |
 
-Grouped routing (DeepSeek's `n_group`, `topk_group`): the experts form G equal groups; a group
-scores its best expert (softmax) or the sum of its two best (sigmoid, with the correction bias);
-each token chooses its experts within its `router_topk_groups` best groups. The routing weights
-are the chosen experts' scores, renormalized (`norm_topk_prob`; DeepSeek-V3 adds 1e-20 to the
-sum), then multiplied by `cfg.routed_scaling_factor`. Editing `hook_expert_weights` changes the
-choice and the weights; `hook_expert_groups` forces groups; `hook_expert_indices` forces experts
-(weighted by their scores).
+Sigmoid routing always has the selection bias `e_score_correction_bias` `[E]` (float32, a buffer:
+DeepSeek-V3's and GLM's correction bias, LFM2-MoE's `expert_bias`; zeros for a checkpoint without
+one). It only chooses: the weights are the sigmoid scores. Grouped routing (DeepSeek's `n_group`,
+`topk_group`): the experts form G equal groups; a group scores its best expert (softmax) or the sum
+of its two best (sigmoid, with the bias); each token chooses its experts within its
+`router_topk_groups` best groups. The routing weights are the chosen experts' scores, renormalized
+(`norm_topk_prob`: divided by their sum plus `cfg.router_norm_eps`, HF's 1e-20 or LFM2-MoE's 1e-6),
+then multiplied by `cfg.routed_scaling_factor`. Editing `hook_expert_weights` changes the choice and
+the weights; `hook_expert_groups` forces groups; `hook_expert_indices` forces experts (weighted by
+their scores).
 """  # noqa: E501 - a markdown table keeps each row on one line
 
 from __future__ import annotations
@@ -52,13 +56,16 @@ class Float32Router(nn.Linear):
 
 
 class GroupLimitedMoE(SharedExpertMoE):
-    """DeepSeek-V2/V3, GLM-4-MoE, GLM-MoE-DSA: a float32 router, softmax or sigmoid scores, optional groups,
-    scaled weights and an ungated shared expert (module docstring)."""
+    """DeepSeek-V2/V3, GLM-4-MoE, GLM-MoE-DSA, LFM2-MoE: softmax or sigmoid scores, a selection bias (sigmoid),
+    optional groups (None: one group of every expert), scaled weights, and a shared expert if the config has one
+    (module docstring). The router is float32 with `cfg.router_in_fp32` (DeepSeek, GLM), else in the model dtype
+    (LFM2-MoE)."""
 
     def __init__(self, cfg: HookedTransformerConfig):
         super().__init__(cfg)
-        self.W_gate = Float32Router(cfg.d_model, self.num_experts, bias=False, dtype=torch.float32)
-        if cfg.router_scoring == "sigmoid":  # a buffer, as HF's: set by DeepSeek's balancing rule, not by gradients
+        if cfg.router_in_fp32:
+            self.W_gate = Float32Router(cfg.d_model, self.num_experts, bias=False, dtype=torch.float32)
+        if cfg.router_scoring == "sigmoid":  # a buffer, as HF's: set by a balancing rule, not by gradients
             self.register_buffer("e_score_correction_bias", torch.zeros(self.num_experts, dtype=torch.float32))
         if cfg.router_groups is not None:
             self.hook_expert_groups = HookPoint()  # [batch, pos, router_topk_groups]: the chosen groups
@@ -74,20 +81,27 @@ class GroupLimitedMoE(SharedExpertMoE):
         return self
 
     def route(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Route:
-        """Scores, groups, top-k and weights on `[tokens, E]`, op for op as HF's `TopkRouter`."""
+        """Scores, groups, top-k and weights on `[tokens, E]`, op for op as HF's `TopkRouter` (LFM2-MoE's router)."""
         lead, E, cfg = x.shape[:-1], self.num_experts, self.cfg
-        logits = self.hook_router_logits(F.linear(x.float(), self.W_gate.weight.float()))  # [batch, pos, E], fp32
+        if cfg.router_in_fp32:
+            logits = F.linear(x.float(), self.W_gate.weight.float())  # [batch, pos, E], float32
+        else:
+            logits = F.linear(x, self.W_gate.weight)  # [batch, pos, E], model dtype
+        logits = self.hook_router_logits(logits)
         sigmoid = cfg.router_scoring == "sigmoid"
-        scores = self.hook_expert_weights(logits.sigmoid() if sigmoid else logits.softmax(-1, dtype=torch.float32))
-        flat = scores.reshape(-1, E)  # [tokens, E]
-        choice = flat + self.e_score_correction_bias if sigmoid else flat
+        scores = logits.float().sigmoid() if sigmoid else logits.softmax(-1, dtype=torch.float32)
+        flat = self.hook_expert_weights(scores).reshape(-1, E)  # [tokens, E], float32
+        # HF adds the bias to the scores in the router's dtype (LFM2-MoE: the model's; a no-op cast in float32)
+        choice = flat.to(logits.dtype) + self.e_score_correction_bias if sigmoid else flat
         if cfg.router_groups is not None:
             choice = self._within_groups(choice, lead, fill=float("-inf") if sigmoid else 0.0)
-        indices = torch.topk(choice, self.top_k, dim=-1, sorted=False)[1]  # [tokens, k]
+        # HF's float32 routers (DeepSeek, GLM) take their top-k unsorted, LFM2-MoE's sorted
+        indices = torch.topk(choice, self.top_k, dim=-1, sorted=not cfg.router_in_fp32)[1]  # [tokens, k]
         indices = self.hook_expert_indices(indices.view(*lead, self.top_k))  # [batch, pos, k]
         weights = (choice if not sigmoid else flat).gather(1, indices.reshape(-1, self.top_k))  # [tokens, k]
+        weights = weights.to(logits.dtype)  # LFM2-MoE weighs in the model dtype; float32 routers stay float32
         if cfg.norm_topk_prob:
-            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + cfg.router_norm_eps)
         return indices, (weights * cfg.routed_scaling_factor).view(*lead, self.top_k)
 
     def _within_groups(self, choice: Float[torch.Tensor, "tokens E"], lead, fill: float) -> torch.Tensor:
@@ -106,8 +120,9 @@ class GroupLimitedMoE(SharedExpertMoE):
         return choice.masked_fill(~expert_mask.bool(), fill)
 
 
-class TopKSoftmaxMoE(MoE):
-    """GraniteMoE: top-k of the logits (cast to float32), weights a softmax over those k logits.
+class TopKSoftmaxMoE(SharedExpertMoE):
+    """GraniteMoE, Granite-hybrid: top-k of the logits (cast to float32), weights a softmax over those k logits
+    (Granite-hybrid adds an ungated shared expert, `SharedExpertMoE`).
 
     `hook_expert_weights` is the softmax over all experts; while no hook edits it, the choice
     and weights are HF's (a top-k of the logits); an edit picks and weighs from the edited
@@ -128,7 +143,7 @@ class TopKSoftmaxMoE(MoE):
         return indices, weights / weights.sum(-1, keepdim=True)
 
 
-class SparseMixerMoE(MoE):
+class SparseMixerMoE(SharedExpertMoE):
     """PhiMoE's sparsemixer (inference): two experts, each picked as the best remaining logit.
 
     Selection s (s = 1, 2) takes the best logit `m_s` among the experts not yet chosen and
@@ -171,6 +186,7 @@ def make_moe(cfg: HookedTransformerConfig) -> MoE:
         return TopKSoftmaxMoE(cfg)
     if cfg.router_scoring == "sparsemixer":
         return SparseMixerMoE(cfg)
-    if cfg.router_scoring == "sigmoid" or cfg.router_groups is not None or cfg.router_in_fp32:
+    scaled = cfg.routed_scaling_factor != 1.0
+    if cfg.router_scoring == "sigmoid" or cfg.router_groups is not None or cfg.router_in_fp32 or scaled:
         return GroupLimitedMoE(cfg)
     return moe.make_moe(cfg)

@@ -34,7 +34,12 @@ class PostNormBlock(TransformerBlock):
 
 
 def block_class(cfg) -> type[TransformerBlock]:
-    """The block class of a config: post-norm (OLMo-2/3), Gemma 4's, Gemma 3n's (AltUp) or the plain one."""
+    """The block class of a config: hybrid (a token mixer per `layer_types`), Gemma 3n's (AltUp), Gemma 4's,
+    post-norm (OLMo-2/3) or the plain pre-norm one."""
+    if cfg.layer_types is not None:
+        from hooked.components.hybrid_block import HybridBlock
+
+        return HybridBlock
     if cfg.uses_altup:
         from hooked.components.gemma3n_block import Gemma3nBlock
 

@@ -9,6 +9,7 @@ from jaxtyping import Float, Int
 from hooked.components.attention import Attention, GroupedQueryAttention
 from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
+from hooked.components.gated_attention import gated_attention_class
 from hooked.components.kv_sharing import SharedKVAttention
 from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
@@ -16,6 +17,9 @@ from hooked.components.moe_routing import make_moe
 from hooked.components.norms import make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.hook_points import HookPoint
+
+#: the norm kind a post-sublayer norm keeps after fold_ln (it is never folded)
+_POST_NORM = {"LNPre": "LN", "RMSPre": "RMS"}
 
 
 class TransformerBlock(nn.Module):
@@ -30,31 +34,37 @@ class TransformerBlock(nn.Module):
         super().__init__()
         cfg = cfg.layer_config(layer)  # the model's config, or a view with this layer's shapes (Gemma 3n/4)
         self.cfg, self.layer = cfg, layer
+        self._init_attention(cfg, layer)
+        if not cfg.attn_only:
+            self._init_mlp(cfg, resid_mid=not cfg.parallel_attn_mlp)
+        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def _init_attention(self, cfg: HookedTransformerConfig, layer: int) -> None:
+        """`ln1`, the attention and its block-level hooks (`hook_resid_pre` ... `hook_attn_out`)."""
         self.ln1 = make_norm(cfg)
         self.attn = attention_class(cfg, layer)(cfg, layer)
-        # post-sublayer norms are never folded: they keep their gain after fold_ln
-        post_norm = {"LNPre": "LN", "RMSPre": "RMS"}.get(cfg.normalization_type or "")
-        if cfg.use_normalization_before_and_after:
-            self.ln1_post = make_norm(cfg, post_norm)
+        if cfg.use_normalization_before_and_after:  # post-sublayer norms keep their gain after fold_ln
+            self.ln1_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
         self.hook_attn_in = HookPoint(requires="use_attn_in")  # [batch, pos, head, d_model]
         self.hook_q_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, head, d_model]
         self.hook_k_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
         self.hook_v_input = HookPoint(requires="use_split_qkv_input")  # [batch, pos, kv_head, d_model]
         self.hook_attn_out = HookPoint()  # [batch, pos, d_model]
-        if not cfg.attn_only:
-            self.ln2 = make_norm(cfg)
-            if cfg.is_moe_layer(layer):
-                self.mlp = make_moe(cfg)
-            else:  # DeepSeek's first layers too: dense, as wide as the layer's config says (`layer_d_mlp`)
-                self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
-            if cfg.use_normalization_before_and_after:
-                self.ln2_post = make_norm(cfg, post_norm)
-            self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
-            self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
-            if not cfg.parallel_attn_mlp:
-                self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
-        self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
+
+    def _init_mlp(self, cfg: HookedTransformerConfig, resid_mid: bool) -> None:
+        """`ln2`, the MLP (dense, gated or mixture of experts) and its hooks; `hook_resid_mid` before it."""
+        self.ln2 = make_norm(cfg)
+        if cfg.is_moe_layer(self.layer):
+            self.mlp = make_moe(cfg)
+        else:  # DeepSeek's, LFM2-MoE's first layers too: dense, as wide as the layer's config says (`layer_d_mlp`)
+            self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
+        if cfg.use_normalization_before_and_after:
+            self.ln2_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
+        self.hook_mlp_in = HookPoint(requires="use_hook_mlp_in")  # [batch, pos, d_model]
+        self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
+        if resid_mid:
+            self.hook_resid_mid = HookPoint()  # [batch, pos, d_model]
 
     def forward(
         self,
@@ -127,13 +137,16 @@ class TransformerBlock(nn.Module):
 
 def attention_class(cfg: HookedTransformerConfig, layer: int) -> type[Attention]:
     """The attention of block `layer` (`cfg` its `layer_config`): queries only, attending to an earlier layer's keys
-    and values (KV sharing, Gemma 3n/4); sparse latent (DSA); latent (MLA); grouped-query; or multi-head."""
+    and values (KV sharing, Gemma 3n/4); sparse latent (DSA); latent (MLA); output-gated (Qwen3-Next);
+    grouped-query; or multi-head."""
     if cfg.kv_source(layer) is not None:
         return SharedKVAttention
     if cfg.uses_sparse_attention:
         return SparseLatentAttention
     if cfg.uses_mla:
         return MultiHeadLatentAttention
+    if cfg.attn_output_gate:
+        return gated_attention_class(cfg)
     return GroupedQueryAttention if cfg.uses_grouped_query_attention else Attention
 
 

@@ -12,9 +12,9 @@ from hooked.core.hook_points import HookPoint
 
 
 def vocab_projection(
-    x: Float[torch.Tensor, "tokens d_model"], W_U: Float[torch.Tensor, "d_model d_vocab"]
+    x: Float[torch.Tensor, "tokens d_model"], W_U: Float[torch.Tensor, "d_model d_vocab"], decode_step: bool = False
 ) -> Float[torch.Tensor, "tokens d_vocab"]:
-    """`x @ W_U`, contiguous, computed in the orientation BLAS runs fastest for `W_U`'s layout.
+    """`x @ W_U`, contiguous; for a decode step, computed in the orientation BLAS runs fastest for `W_U`'s layout.
 
     For a vocabulary-major `W_U` (`W_U.T` contiguous) MKL's kernel for a few rows of `x`
     against the long vocabulary axis is several times slower than the same product
@@ -22,10 +22,16 @@ def vocab_projection(
     rows, and no slower for 1 row). From ~16 rows on the plain product wins, since the
     transposed one must copy its `[d_vocab, tokens]` result (1 thread, 512 rows:
     431 vs 493 ms on 49152 x 576, 244 vs 291 ms on 32000 x 512).
+
+    The two orientations round differently, so the transposed one is taken only for a decode step
+    (`decode_step`: one position per sequence, as `generate` projects, `logits_to_keep=1`). Every other
+    projection is the plain product, HF's `lm_head` orientation and a compiled forward's: the eager
+    and compiled forwards then agree bit for bit, and the logits of the last positions
+    (`logits_to_keep=k > 1`) are computed as in the full projection.
     """
     if torch.compiler.is_compiling():  # the compiler picks the kernel; a branch on the size would re-specialise
         return x @ W_U
-    if W_U.stride(0) == 1 and 1 < x.shape[0] < 16:
+    if decode_step and W_U.stride(0) == 1 and 1 < x.shape[0] < 16:
         return (W_U.T @ x.T).T.contiguous()  # [d_vocab, tokens] -> [tokens, d_vocab]
     return x @ W_U
 
@@ -63,7 +69,8 @@ class Unembed(nn.Module):
         if bias and flat.dtype in (torch.float16, torch.bfloat16):  # HF's biased Linear: one addmm, one rounding
             flat_logits = F.linear(flat, self.W_U.T, self.b_U)  # [batch * pos, d_vocab_out]
         else:
-            flat_logits = vocab_projection(flat, self.W_U)  # [batch * pos, d_vocab_out]
+            decode_step = x.shape[-2] == 1  # one position per sequence: `generate`'s steps, `logits_to_keep=1`
+            flat_logits = vocab_projection(flat, self.W_U, decode_step)  # [batch * pos, d_vocab_out]
             if bias:
                 flat_logits = flat_logits.add_(self.b_U)  # fresh tensor: in place is safe for autograd
         logits = self.hook_out(flat_logits.view(*x.shape[:-1], -1))  # [batch, pos, d_vocab_out]

@@ -723,6 +723,117 @@ def tiny_hubert(seed: int, **overrides):
     return hf
 
 
+# -- state-space and hybrid models (issue 38) ---------------------------------------------
+# d_model 32, vocab 96, fp32, eager attention. Mamba-2's chunk (8) and DeltaNet's (64, fixed by HF) are
+# shorter than the parity sequences, so the carry across chunks is exercised. Parameters redrawn as
+# above; the scan parameters (A_log, D, dt_bias) keep HF's init plus N(0, 0.1^2) noise, so decays stay
+# in (0, 1) and steps positive; zero-centred norms (Qwen3-Next's `1 + w`) are drawn around 0. The gated
+# DeltaNet's A is redrawn in (0.01, 0.1) (per-step decays 0.87-0.99): with HF's A up to 16, the chunked
+# rule's cumulative log-decays reach about -1000, and float32 cancellation in their differences alone
+# moves the log-probs by 2e-5 for a 1e-7 relative change of an input (measured), so no two orders of
+# the same arithmetic (HF's fused projections and ours, or folded weights) agree to 1e-5.
+
+_ATTN = dict(num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager")
+_DELTANET = dict(
+    _ATTN, head_dim=8, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+    linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+)  # fmt: skip
+_GRANITE_HYBRID = dict(
+    _ATTN, num_hidden_layers=4, intermediate_size=24, shared_intermediate_size=40, num_local_experts=4,
+    num_experts_per_tok=2, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8,
+    position_embedding_type="rope", layer_types=["mamba", "attention", "mamba", "mamba"], embedding_multiplier=3.0,
+    attention_multiplier=0.3, residual_multiplier=0.5, logits_scaling=4.0,
+)  # fmt: skip
+
+#: name -> (HF model class, HF config class, config overrides, parity sequence length)
+SSM_CONFIGS = {
+    "mamba": ("MambaForCausalLM", "MambaConfig", dict(state_size=8, expand=2), 20),
+    "mamba2": (
+        "Mamba2ForCausalLM", "Mamba2Config",
+        dict(num_heads=8, head_dim=8, state_size=16, n_groups=2, chunk_size=8, expand=2), 20,
+    ),
+    "nemotron_h": (
+        "NemotronHForCausalLM", "NemotronHConfig",
+        dict(
+            _ATTN, head_dim=8, intermediate_size=48, ssm_state_size=8, mamba_num_heads=8, mamba_head_dim=8,
+            n_groups=2, chunk_size=8, layers_block_type=["linear_attention", "mlp", "full_attention", "mlp",
+            "linear_attention"],
+        ), 20,
+    ),
+    "granite_hybrid_moe": ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig", _GRANITE_HYBRID, 20),
+    "qwen3_next_moe": (
+        "Qwen3NextForCausalLM", "Qwen3NextConfig",
+        dict(_DELTANET, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+             shared_expert_intermediate_size=20),
+        70,
+    ),
+    "qwen3_5": ("Qwen3_5ForCausalLM", "Qwen3_5TextConfig", dict(_DELTANET, intermediate_size=40), 70),
+    # the text tower of the image-text class (a one-block vision tower, never run: text-only inputs)
+    "qwen3_5_multimodal": (
+        "Qwen3_5ForConditionalGeneration", "Qwen3_5Config", dict(_DELTANET, intermediate_size=40), 70,
+    ),
+    "lfm2": (
+        "Lfm2ForCausalLM", "Lfm2Config",
+        dict(
+            _ATTN, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"], conv_bias=True,
+            intermediate_size=96, block_multiple_of=8,
+        ), 20,
+    ),
+    "lfm2_moe": (
+        "Lfm2MoeForCausalLM", "Lfm2MoeConfig",
+        dict(
+            _ATTN, num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"], intermediate_size=48,
+            moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+            routed_scaling_factor=1.5,
+        ), 20,
+    ),
+}  # fmt: skip
+
+
+def tiny_ssm(name: str, seed: int = 0, **changes):
+    """The random HF model of `SSM_CONFIGS[name]` (`changes` applied to its config), every parameter redrawn."""
+    import transformers
+
+    model_cls, config_cls, overrides, _ = SSM_CONFIGS[name]
+    kwargs = dict(hidden_size=32, num_hidden_layers=2, vocab_size=VOCAB, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    kwargs.update(copy.deepcopy(overrides))
+    kwargs.update(changes)
+    if config_cls == "Qwen3_5Config":  # image-text: the text config nested, a tiny vision tower
+        attn = kwargs.pop("attn_implementation")
+        vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32, patch_size=4,
+                      spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16)  # fmt: skip
+        specials = dict(image_token_id=95, video_token_id=94, vision_start_token_id=93, vision_end_token_id=92)
+        kwargs = dict(text_config=kwargs, vision_config=vision, attn_implementation=attn, **specials)
+    torch.manual_seed(seed)
+    hf = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**kwargs)).eval()
+    zero_centred = model_cls.startswith("Qwen3")  # HF's norm gain is 1 + w
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if pname.endswith("linear_attn.A_log"):  # per-step decays exp(g) in (0.87, 0.99), see above
+                p.copy_(torch.empty_like(p).uniform_(0.01, 0.1).log())
+            elif pname.endswith(("A_log", ".D", "dt_bias")):
+                p.add_(0.1 * torch.randn_like(p))
+            elif "norm" in pname and zero_centred and "linear_attn.norm" not in pname:
+                p.copy_(0.3 * torch.randn_like(p))
+            elif "norm" in pname:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                sharp = pname.endswith(("q_proj.weight", "k_proj.weight", "gate.weight", "router.weight"))
+                p.normal_(0.0, 0.25 if sharp else 0.1)
+    with torch.no_grad():  # LFM2-MoE's selection bias is a buffer: make it matter
+        for bname, buffer in hf.named_buffers():
+            if bname.endswith("expert_bias"):
+                buffer.normal_(0.0, 0.1)
+    return hf
+
+
+def ssm_layers(hf):
+    """The decoder layers of a tiny state-space or hybrid HF model."""
+    inner = hf.backbone if hasattr(hf, "backbone") else hf.model
+    return inner.language_model.layers if hasattr(inner, "language_model") else inner.layers
+
+
 # -- hooked models from a config alone (no HF model): circuits, compat, CUDA --------------
 
 HOOKED_BASE = dict(d_model=32, d_head=8, n_layers=2, n_ctx=16, d_vocab=50, d_mlp=48, seed=0)
@@ -736,6 +847,22 @@ HOOKED_FAMILIES = {
     "gemma_post_norm": dict(HOOKED_ROTARY, use_normalization_before_and_after=True, n_key_value_heads=1),
     "olmo2_post_norm": dict(HOOKED_ROTARY, post_sublayer_norm=True),
     "attn_only_shortformer": dict(attn_only=True, positional_embedding_type="shortformer"),
+    # a hybrid: Mamba-2, gated attention and gated DeltaNet layers, each with an MLP (issue 38)
+    "hybrid_ssm": dict(
+        HOOKED_ROTARY,
+        n_layers=3,
+        layer_types=["mamba2", "attention", "gated_deltanet"],
+        attn_output_gate=True,
+        ssm_d_state=8,
+        ssm_d_inner=32,
+        ssm_n_heads=4,
+        ssm_n_groups=2,
+        ssm_chunk_size=4,
+        deltanet_n_key_heads=2,
+        deltanet_n_value_heads=4,
+        deltanet_d_key_head=8,
+        deltanet_d_value_head=8,
+    ),
 }
 
 

@@ -9,6 +9,7 @@ import torch
 from jaxtyping import Int
 
 from hooked.analysis.cache_analysis import CacheAnalysisMixin
+from hooked.analysis.layer_types import check_present
 from hooked.core.errors import InputError, MissingHooksError
 from hooked.core.utils import Slice, SliceInput, get_act_name, token_index
 
@@ -60,6 +61,7 @@ class ActivationCache(CacheAnalysisMixin):
         """
         name = self._key(key)
         if name not in self.cache_dict:
+            check_present(self.model.cfg, [name])  # a hybrid block without that sublayer: say which layer type
             raise MissingHooksError(
                 f"{name!r} (from key {key!r}) is not in the cache. It holds {len(self.cache_dict)} activations; "
                 "pass names_filter=None to run_with_cache to cache every hook."

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.analysis.layer_types import check_present
 from hooked.components.norms import LayerNormPre
 from hooked.core.config import POST_NORM_ARCHITECTURES  # noqa: F401  (importable from here before)
 from hooked.core.errors import InputError, MissingHooksError
@@ -151,6 +152,7 @@ class CacheAnalysisMixin:
         missing = [n for n in dict.fromkeys(names) if n not in self.cache_dict]
         if not missing:
             return
+        check_present(self.model.cfg, missing)
         suffixes = tuple(dict.fromkeys(n.rsplit(".", 1)[-1] for n in names))
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise MissingHooksError(
@@ -168,8 +170,14 @@ class CacheAnalysisMixin:
             return self["resid_mid", layer]
         return self["resid_pre", 0] if layer == 0 else self["resid_post", layer - 1]
 
+    def _reads_with_ln2(self, layer: int, mlp_input: bool) -> bool:
+        """Whether `ln2` reads the stream entering `layer` (its MLP's input, or a block with no token mixer)."""
+        return mlp_input or not self.model.cfg.block_has_mixer(layer)
+
     def _reader_name(self, layer: int, mlp_input: bool) -> str:
-        return "ln_final" if layer == self.model.cfg.n_layers else f"blocks.{layer}.{'ln2' if mlp_input else 'ln1'}"
+        if layer == self.model.cfg.n_layers:
+            return "ln_final"
+        return f"blocks.{layer}.{'ln2' if self._reads_with_ln2(layer, mlp_input) else 'ln1'}"
 
     def _reader_norm(self, layer: int, mlp_input: bool) -> tuple[nn.Module, str]:
         """The norm that reads the residual stream at `layer` (ln_final at n_layers) and its scale hook."""
@@ -180,7 +188,7 @@ class CacheAnalysisMixin:
                 f"apply_ln at layer {layer}: this post-norm model (OLMo-2/3) has no norm reading the residual stream "
                 "inside its blocks (ln1/ln2 normalize the sublayer outputs); apply_ln works at the final layer only"
             )
-        which = "ln2" if mlp_input else "ln1"
+        which = "ln2" if self._reads_with_ln2(layer, mlp_input) else "ln1"
         norm = getattr(self.model.blocks[layer], which, None)
         if norm is None:  # an attention-only block has no ln2: no MLP reads the stream there
             if self.model.cfg.normalization_type is None:
@@ -294,11 +302,8 @@ class CacheAnalysisMixin:
         layer = self._final_layer(layer)
         n_layers = self.model.cfg.n_layers
         needed = [("resid_pre", layer_i) for layer_i in range(min(layer + 1, n_layers))]
-        needed += [
-            ("resid_mid", layer_i)
-            for layer_i in range(min(layer + 1, n_layers))
-            if (incl_mid and layer_i < layer) or (mlp_input and layer_i == layer)
-        ]
+        wants_mid = lambda i: ((incl_mid and i < layer) or (mlp_input and i == layer)) and self._has_mid(i)  # noqa: E731
+        needed += [("resid_mid", layer_i) for layer_i in range(min(layer + 1, n_layers)) if wants_mid(layer_i)]
         self._require(needed + ([("resid_post", n_layers - 1)] if layer == n_layers else []), "accumulated_resid")
         parts, labels = [], []
         for layer_i in range(layer + 1):
@@ -308,7 +313,7 @@ class CacheAnalysisMixin:
                 continue
             parts.append(self["resid_pre", layer_i])
             labels.append(f"{layer_i}_pre")
-            if (incl_mid and layer_i < layer) or (mlp_input and layer_i == layer):
+            if wants_mid(layer_i):
                 parts.append(self["resid_mid", layer_i])
                 labels.append(f"{layer_i}_mid")
         stack = torch.stack([pos_slice.apply(p, dim=-2) for p in parts], dim=0)  # [component, *bp, d_model]
@@ -317,6 +322,17 @@ class CacheAnalysisMixin:
                 stack, layer, mlp_input=mlp_input, pos_slice=pos_slice, recompute_ln=layer == n_layers
             )
         return (stack, labels) if return_labels else stack
+
+    def _has_mid(self, layer: int) -> bool:
+        """Whether block `layer` has `hook_resid_mid` (a hybrid's single-sublayer blocks have none)."""
+        cfg = self.model.cfg
+        return cfg.layer_types is None or len(cfg.block_writes(layer)) == 2
+
+    def _sublayer_writes(self, layer: int, mode: str) -> list[str]:
+        """What block `layer` adds to the residual stream, as hook shorthands (`attn_out`, `mixer_out`, `mlp_out`),
+        limited by `mode`: "attn" keeps the token mixers (attention or recurrent), "mlp" the MLPs."""
+        writes = self.model.cfg.block_writes(layer)
+        return [w for w in writes if mode == "all" or (w == "mlp_out") == (mode == "mlp")]
 
     def decompose_resid(
         self,
@@ -331,13 +347,14 @@ class CacheAnalysisMixin:
         """The residual stream entering `layer` split into the sublayer outputs that wrote it.
 
         Components are `embed`, `pos_embed`, then `{l}_attn_out` and `{l}_mlp_out` for each
-        earlier layer. They sum to the residual stream, also with post-sublayer norms (Gemma 2/3):
-        the `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
+        earlier layer (a recurrent layer of a state-space or hybrid model writes `{l}_mixer_out`;
+        a single-sublayer block writes one of them). They sum to the residual stream, also with
+        post-sublayer norms (Gemma 2/3): the `attn_out`/`mlp_out` hooks hold what was added, after any such norm.
 
         Args:
             layer: the residual stream entering this layer (None: the final one).
             mlp_input: the stream entering `layer`'s MLP instead (adds `{layer}_attn_out`).
-            mode: "all", or only "attn" or "mlp" outputs.
+            mode: "all", or only "attn" (the token mixers: attention and recurrent layers) or "mlp" outputs.
             apply_ln: scale each component as the norm reading the stream scales their sum.
             pos_slice: positions to keep (an int keeps a length-1 axis, a tuple is `slice(*t)`, a
                 list or tensor indexes); None keeps all.
@@ -350,13 +367,10 @@ class CacheAnalysisMixin:
         self._check_decomposable("decompose_resid")
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
-        incl_attn = mode != "mlp"
-        incl_mlp = mode != "attn" and not self.model.cfg.attn_only
-        needed = self._embed_keys() if incl_embeds else []
-        needed += [("attn_out", layer_i) for layer_i in range(layer) if incl_attn] + [
-            ("mlp_out", layer_i) for layer_i in range(layer) if incl_mlp
-        ]
-        self._require(needed + ([("attn_out", layer)] if mlp_input and incl_attn else []), "decompose_resid")
+        writes = [(name, layer_i) for layer_i in range(layer) for name in self._sublayer_writes(layer_i, mode)]
+        if mlp_input and mode != "mlp" and layer < self.model.cfg.n_layers and self._has_mid(layer):
+            writes += [(name, layer) for name in self._sublayer_writes(layer, "attn")]  # the token mixer before it
+        self._require((self._embed_keys() if incl_embeds else []) + writes, "decompose_resid")
         parts, labels = [], []
         if incl_embeds:
             parts.append(self["hook_embed"])
@@ -364,16 +378,9 @@ class CacheAnalysisMixin:
         if incl_embeds and self._has_pos_embed():
             parts.append(self["hook_pos_embed"])
             labels.append("pos_embed")
-        for layer_i in range(layer):
-            if incl_attn:
-                parts.append(self["attn_out", layer_i])
-                labels.append(f"{layer_i}_attn_out")
-            if incl_mlp:
-                parts.append(self["mlp_out", layer_i])
-                labels.append(f"{layer_i}_mlp_out")
-        if mlp_input and incl_attn:
-            parts.append(self["attn_out", layer])
-            labels.append(f"{layer}_attn_out")
+        for name, layer_i in writes:
+            parts.append(self[name, layer_i])
+            labels.append(f"{layer_i}_{name}")
         stack = torch.stack([pos_slice.apply(p, dim=-2) for p in parts], dim=0)  # [component, *bp, d_model]
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
@@ -391,7 +398,7 @@ class CacheAnalysisMixin:
         """
         missing = [
             layer_i
-            for layer_i in range(self.model.cfg.n_layers)
+            for layer_i in self.model.cfg.attention_layers  # a hybrid's recurrent layers have no heads
             if f"blocks.{layer_i}.attn.hook_result" not in self.cache_dict
         ]
         if not missing:
@@ -414,11 +421,12 @@ class CacheAnalysisMixin:
     ) -> Stack | tuple[Stack, list[str]]:
         """Every head's write to the residual stream in layers before `layer`, `L{l}H{h}`, stacked on axis 0.
 
-        `incl_remainder` appends `remainder` = `resid_post[layer-1]` minus the heads, so
-        the stack sums to the residual stream. Behind post-sublayer norms (Gemma 2/3
-        `ln1_post`, OLMo-2/3 `ln1`) each head's result is passed through that norm with its
-        scale frozen from the cache (`hook_scale`, as `apply_ln` freezes the final norm's)
-        and its gain applied, so a layer's heads sum to its `hook_attn_out`;
+        In a hybrid model only its attention layers have heads (`cfg.attention_layers`); a recurrent
+        layer's write stays in the remainder. `incl_remainder` appends `remainder` =
+        `resid_post[layer-1]` minus the heads, so the stack sums to the residual stream. Behind
+        post-sublayer norms (Gemma 2/3 `ln1_post`, OLMo-2/3 `ln1`) each head's result is passed
+        through that norm with its scale frozen from the cache (`hook_scale`, as `apply_ln` freezes
+        the final norm's) and its gain applied, so a layer's heads sum to its `hook_attn_out`;
         `freeze_post_norm=False` gives the raw results from before the norm instead.
 
         Args:
@@ -436,15 +444,17 @@ class CacheAnalysisMixin:
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_heads = self.model.cfg.n_heads
-        if any(f"blocks.{layer_i}.attn.hook_result" not in self.cache_dict for layer_i in range(layer)):
+        layers = [layer_i for layer_i in self.model.cfg.attention_layers if layer_i < layer]  # a hybrid: its attention
+        if any(f"blocks.{layer_i}.attn.hook_result" not in self.cache_dict for layer_i in layers):
             self.compute_head_results()
-        labels = [f"L{layer_i}H{h}" for layer_i in range(layer) for h in range(n_heads)]
-        if layer > 0:
-            results = [
-                pos_slice.apply(self["result", layer_i], dim=-3) for layer_i in range(layer)
-            ]  # [*bp, head, d_model]
+        labels = [f"L{layer_i}H{h}" for layer_i in layers for h in range(n_heads)]
+        if layers:
+            results = [pos_slice.apply(self["result", layer_i], dim=-3) for layer_i in layers]  # [*bp, head, d_model]
             if freeze_post_norm:
-                results = [self._freeze_post_norm(r, layer_i, "attn", pos_slice) for layer_i, r in enumerate(results)]
+                results = [
+                    self._freeze_post_norm(r, layer_i, "attn", pos_slice)
+                    for layer_i, r in zip(layers, results, strict=True)
+                ]
             stack = torch.cat(results, dim=-2).movedim(-2, 0)  # [layer * head, *bp, d_model]
         else:
             stack = torch.zeros(0, *pos_slice.apply(self._resid_like(), dim=-2).shape, device=self._resid_like().device)
@@ -559,12 +569,13 @@ class CacheAnalysisMixin:
         proj = project_output_onto
         project_2d = None if proj is None else (proj[:, None] if proj.ndim == 1 else proj)  # [d_model, k]
         neurons = neuron_slice.apply(torch.arange(self.model.cfg.d_mlp), dim=0).tolist()
-        labels = [f"L{layer_i}N{n}" for layer_i in range(layer) for n in neurons]
+        mlp_layers = [layer_i for layer_i in range(layer) if self.model.cfg.block_has_mlp(layer_i)]
+        labels = [f"L{layer_i}N{n}" for layer_i in mlp_layers for n in neurons]
         norm, _ = self._reader_norm(layer, mlp_input)
         ln_folded = apply_ln and not isinstance(norm, nn.Identity)
         scale = self._cached_scale(layer, mlp_input, pos_slice) if ln_folded else None
         per_layer = []
-        for layer_i in range(layer):
+        for layer_i in mlp_layers:
             acts = neuron_slice.apply(pos_slice.apply(self["post", layer_i], dim=-2), dim=-1)  # [*bp, neuron]
             if scale is not None:
                 acts = acts / scale
@@ -810,8 +821,9 @@ class CacheAnalysisMixin:
     ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """The residual stream entering `layer` as heads, neurons (or MLP layers), embeddings and biases.
 
-        Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), `embed`, `pos_embed`,
-        `bias`. The components sum to the residual stream, also behind post-sublayer norms
+        Order: `L{l}H{h}`, then `L{l}N{n}` (or `{l}_mlp_out`), a hybrid's recurrent layers as
+        `{l}_mixer_out` (whole: they have no heads or neurons), `embed`, `pos_embed`, `bias`.
+        The components sum to the residual stream, also behind post-sublayer norms
         (Gemma 2/3, OLMo-2/3): there each head and neuron goes through its sublayer's norm
         with the cached scale frozen (see `stack_head_results`); `freeze_post_norm=False`
         gives the raw pre-norm writes, which do not sum to it.
@@ -853,7 +865,7 @@ class CacheAnalysisMixin:
             )
         )
         parts = [finish(heads)]
-        if not self.model.cfg.attn_only and layer > 0:
+        if any(self.model.cfg.block_has_mlp(layer_i) for layer_i in range(layer)):
             if expand_neurons:
                 neurons, neuron_labels = _labelled(self.stack_neuron_results(
                     layer, pos_slice=pos_slice, return_labels=True, apply_ln=apply_ln,
@@ -873,6 +885,12 @@ class CacheAnalysisMixin:
                 )
                 parts.append(finish(mlps))
             labels += neuron_labels
+        mixers = [layer_i for layer_i in self.model.cfg.recurrent_layers if layer_i < layer + int(mlp_input)]
+        if mixers:  # a recurrent layer's write is one component (it has no heads or neurons)
+            self._require([("mixer_out", layer_i) for layer_i in mixers], "get_full_resid_decomposition")
+            writes = [pos_slice.apply(self["mixer_out", layer_i], dim=-2) for layer_i in mixers]
+            parts.append(finish(torch.stack(writes, dim=0)))  # [mixer layer, *bp, d_model]
+            labels += [f"{layer_i}_mixer_out" for layer_i in mixers]
         parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
         labels.append("embed")
         if self._has_pos_embed():

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float, Int
 
+from hooked.analysis.layer_types import require_attention_layer
 from hooked.core.errors import InputError
 from hooked.core.utils import is_lower_triangular, is_square
 
@@ -83,9 +84,11 @@ def compute_head_attention_similarity_score(
     return ((attention * detection).sum() / attention.sum()).item()
 
 
-def _layer_to_heads(heads, n_layers: int, n_heads: int) -> dict[int, list[int]]:
+def _layer_to_heads(heads, n_layers: int, n_heads: int, cfg=None) -> dict[int, list[int]]:
+    """`{layer: heads}` to score; None: every head of every attention layer (a hybrid's recurrent ones have none)."""
     if heads is None:
-        return {layer: list(range(n_heads)) for layer in range(n_layers)}
+        layers = range(n_layers) if cfg is None else cfg.attention_layers
+        return {layer: list(range(n_heads)) for layer in layers}
     if isinstance(heads, dict):
         return heads
     grouped = defaultdict(list)
@@ -148,7 +151,8 @@ def detect_head(
     else:
         _check_cache_matches(cache, tokens)
     scores = -torch.ones(cfg.n_layers, cfg.n_heads)
-    for layer, layer_heads in _layer_to_heads(heads, cfg.n_layers, cfg.n_heads).items():
+    for layer, layer_heads in _layer_to_heads(heads, cfg.n_layers, cfg.n_heads, cfg).items():
+        require_attention_layer(cfg, layer, "detect_head")
         pattern = cache["pattern", layer]
         pattern = pattern[0] if pattern.ndim == 4 else pattern  # [head, query_pos, key_pos]
         for head in layer_heads:

@@ -60,9 +60,10 @@ def top_heads(
     With `skip_first`, attention to the first token (usually BOS, where heads with
     nothing to do park their attention) does not count.
     """
-    weights = torch.stack(
-        [cache["pattern", layer_i][0, :, pos] for layer_i in range(model.cfg.n_layers)]
-    )  # [layer, head, key]
+    layers = model.cfg.attention_layers  # a hybrid's recurrent layers have no heads
+    if not layers:
+        return []
+    weights = torch.stack([cache["pattern", layer_i][0, :, pos] for layer_i in layers])  # [layer, head, key]
     if skip_first and weights.shape[-1] > 1:
         weights = weights.clone()
         weights[..., 0] = 0
@@ -70,7 +71,8 @@ def top_heads(
     order = best.flatten().argsort(descending=True)[:k]
     H = model.cfg.n_heads
     return [
-        (f"L{int(i) // H}H{int(i) % H}", float(best.flatten()[i]), str_tokens[int(where.flatten()[i])]) for i in order
+        (f"L{layers[int(i) // H]}H{int(i) % H}", float(best.flatten()[i]), str_tokens[int(where.flatten()[i])])
+        for i in order
     ]
 
 
@@ -82,10 +84,10 @@ def direct_logit_attribution(
     parts = [("embed", cache["hook_embed"][0, pos])]
     if "hook_pos_embed" in cache:
         parts.append(("pos_embed", cache["hook_pos_embed"][0, pos]))
+    labels = {"attn_out": "attn", "mixer_out": "mixer", "mlp_out": "mlp"}
     for layer in range(model.cfg.n_layers):
-        parts.append((f"attn {layer}", cache["attn_out", layer][0, pos]))
-        if not model.cfg.attn_only:
-            parts.append((f"mlp {layer}", cache["mlp_out", layer][0, pos]))
+        for write in model.cfg.block_writes(layer):  # attention, a recurrent mixer, an MLP
+            parts.append((f"{labels[write]} {layer}", cache[write, layer][0, pos]))
     stack = torch.stack([p for _, p in parts])  # [component, d_model]
     if model.cfg.uses_layer_norm:
         stack = stack - stack.mean(-1, keepdim=True)

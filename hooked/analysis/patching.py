@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float, Int
 from tqdm.auto import tqdm
 
+from hooked.analysis.layer_types import check_present
 from hooked.core.errors import PatchingError
 from hooked.core.utils import get_act_name
 
@@ -319,6 +320,8 @@ def _check_clean_matches(model, corrupted_tokens, clean_cache, activation_name: 
         )
     tokens = corrupted_tokens if corrupted_tokens.ndim == 2 else corrupted_tokens[None]  # [batch, pos]
     name = get_act_name(activation_name, layer=0)
+    # a hybrid: every swept layer must have the activation (`attn_out` exists on attention layers only)
+    check_present(model.cfg, [get_act_name(activation_name, layer=layer) for layer in range(model.cfg.n_layers)])
     if name not in clean_cache:
         raise PatchingError(f"clean_cache has no {name!r}: cache it with run_with_cache (names_filter including it)")
     hook = model.hook_dict.get(name)

@@ -141,9 +141,7 @@ def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
 
     hooks = _leaf_hooks(model) + [(n, capture) for n in names]
     if drop_layer is not None:
-        hooks += [
-            (f"blocks.{drop_layer}.hook_{w}_out", _drop_gradient) for w in ("attn", "mlp") if _has_write(model, w)
-        ]
+        hooks += [(f"blocks.{drop_layer}.hook_{w}", _drop_gradient) for w in model.cfg.block_writes(drop_layer)]
     with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
         value = _scalar(metric(model(corrupted, attention_mask=attention_mask)))
         tensors = [acts[n] for n in names]
@@ -155,10 +153,6 @@ def _grads(model, corrupted, names, metric, attention_mask, drop_layer=None):
 def _drop_gradient(act: torch.Tensor, hook) -> None:
     """GradDrop: no gradient flows back through this residual write."""
     act.register_hook(torch.zeros_like)
-
-
-def _has_write(model, kind: str) -> bool:
-    return kind == "attn" or not model.cfg.attn_only
 
 
 def _atp(model, corrupted, clean_cache, names, softmax_names, metric, attention_mask, grad_drop):

@@ -10,6 +10,8 @@ of a receiver has an edge into it:
                "m{l}" (`hook_mlp_in`), "logits" (the last block's `hook_resid_post`,
                which `ln_final` and the unembedding read)
 
+A recurrent layer of a state-space or hybrid model (Mamba, gated DeltaNet, LFM2's short convolution)
+is one node "r{l}": a receiver reading `hook_mixer_in` and a sender writing `hook_mixer_out`.
 A mixture of experts is one node `m{l}` (router and experts together: their summed output
 `hook_mlp_out`). Where the attention output is normalized after the heads are summed
 (Gemma 2/3 `ln1_post`, OLMo-2/3 post-norm blocks), head outputs do not add up to the
@@ -45,6 +47,8 @@ FORMAT_VERSION = 1
 IMAGE_SUFFIXES = (".svg", ".png", ".pdf", ".jpg", ".jpeg", ".html")
 #: the config fields that fix a graph's nodes and edges (`model_name` is recorded but only warned about)
 SHAPE_FIELDS = ("n_layers", "n_heads", "d_model", "attn_only", "parallel_attn_mlp", "heads_are_senders")
+#: what fixes the nodes of a state-space or hybrid model (recorded only for them, so older files still load)
+HYBRID_FIELDS = ("layer_types", "single_sublayer_blocks")
 
 
 def heads_are_senders(cfg) -> bool:
@@ -56,7 +60,18 @@ def model_shape(cfg) -> dict:
     """What a graph's nodes and edges depend on, plus the model's name: a JSON-able dict."""
     shape = {f: getattr(cfg, f) for f in SHAPE_FIELDS if f != "heads_are_senders"}
     shape["heads_are_senders"] = heads_are_senders(cfg)
-    return {**{f: shape[f] for f in SHAPE_FIELDS}, "model_name": getattr(cfg, "model_name", None)}
+    hybrid = {}
+    if getattr(cfg, "layer_types", None) is not None:
+        hybrid = dict(layer_types=list(cfg.layer_types), single_sublayer_blocks=cfg.single_sublayer_blocks)
+    return {**{f: shape[f] for f in SHAPE_FIELDS}, **hybrid, "model_name": getattr(cfg, "model_name", None)}
+
+
+def block_nodes(shape, layer: int) -> tuple[str, bool]:
+    """`(token mixer kind, has an MLP)` of block `layer` of a model of this shape (a namespace of `model_shape`)."""
+    kinds = getattr(shape, "layer_types", None)
+    kind = "attention" if kinds is None else kinds[layer]
+    single = getattr(shape, "single_sublayer_blocks", False)
+    return kind, not shape.attn_only and (kind == "mlp" if single else True)
 
 
 @dataclass
@@ -95,7 +110,8 @@ class Graph:
         per_head = cfg.heads_are_senders
         for layer in range(cfg.n_layers):
             before_layer = len(senders)
-            heads = [f"a{layer}.h{h}" for h in range(cfg.n_heads)]
+            mixer, has_mlp = block_nodes(cfg, layer)
+            heads = [f"a{layer}.h{h}" for h in range(cfg.n_heads)] if mixer == "attention" else []
             attn_senders = heads if per_head else [f"a{layer}"]
             first_attn = len(senders)
             for kind in "qkv":
@@ -103,8 +119,14 @@ class Graph:
                     receivers.append(f"{head}.{kind}")
                     n_upstream.append(before_layer)
                     receiver_sender.append(first_attn + (h if per_head else 0))
-            senders.extend(attn_senders)
-            if not cfg.attn_only:
+            if heads:
+                senders.extend(attn_senders)
+            elif mixer != "mlp":  # a recurrent layer: one node, its mixer (input and output)
+                receivers.append(f"r{layer}")
+                n_upstream.append(before_layer)
+                receiver_sender.append(len(senders))
+                senders.append(f"r{layer}")
+            if has_mlp:
                 receivers.append(f"m{layer}")
                 n_upstream.append(before_layer if cfg.parallel_attn_mlp else len(senders))
                 receiver_sender.append(len(senders))
@@ -328,7 +350,8 @@ class Graph:
 
 def _check_shape(saved: dict, current: dict) -> None:
     """A graph saved for one model must not be loaded against another's nodes."""
-    diff = [f"{f}={saved.get(f)!r} (model: {current[f]!r})" for f in SHAPE_FIELDS if saved.get(f) != current[f]]
+    fields = SHAPE_FIELDS + HYBRID_FIELDS
+    diff = [f"{f}={saved.get(f)!r} (model: {current.get(f)!r})" for f in fields if saved.get(f) != current.get(f)]
     if diff:
         raise GraphMismatchError(
             f"the graph was made for {saved.get('model_name')!r} and the model is {current['model_name']!r}, "

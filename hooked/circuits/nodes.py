@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import torch
 
-from hooked.circuits.graph import Graph, heads_are_senders
+from hooked.circuits.graph import Graph, block_nodes, heads_are_senders
 from hooked.core.errors import PatchingError
 
 #: fn(first_index, out) with out `[batch, pos, n, d_model]`: n consecutive senders' outputs.
@@ -43,17 +43,19 @@ def sender_hooks(model, graph: Graph, fn: SenderFn) -> list[tuple[str, Callable]
     hooks: list[tuple[str, Callable]] = [("blocks.0.hook_resid_pre", lambda act, hook: fn(0, act[:, :, None]))]
     for layer in range(cfg.n_layers):
         block = model.blocks[layer]
-        if heads_are_senders(cfg):
+        mixer, has_mlp = block_nodes(cfg, layer)
+        if mixer == "attention" and heads_are_senders(cfg):
             first = index[f"a{layer}.h0"]
 
             def per_head(z, hook, first=first, W_O=block.attn.W_O):
                 fn(first, torch.einsum("bphe,hed->bphd", z, W_O))  # [batch, pos, head, d_model]
 
             hooks.append((f"blocks.{layer}.attn.hook_z", per_head))
-        else:
-            first = index[f"a{layer}"]
-            hooks.append((f"blocks.{layer}.hook_attn_out", lambda act, hook, i=first: fn(i, act[:, :, None])))
-        if not cfg.attn_only:
+        elif mixer != "mlp":  # the layer's whole write: after a post-norm, or a recurrent layer's one node
+            node, write = (f"a{layer}", "attn_out") if mixer == "attention" else (f"r{layer}", "mixer_out")
+            first = index[node]
+            hooks.append((f"blocks.{layer}.hook_{write}", lambda act, hook, i=first: fn(i, act[:, :, None])))
+        if has_mlp:
             first = index[f"m{layer}"]
             hooks.append((f"blocks.{layer}.hook_mlp_out", lambda act, hook, i=first: fn(i, act[:, :, None])))
     return hooks
@@ -76,9 +78,13 @@ def receiver_hooks(model, graph: Graph, fn: ReceiverFn) -> list[tuple[str, Calla
 
     hooks = []
     for layer in range(cfg.n_layers):
-        for kind in "qkv":
-            hooks.append((f"blocks.{layer}.hook_{kind}_input", wrap(index[f"a{layer}.h0.{kind}"], True)))
-        if not cfg.attn_only:
+        mixer, has_mlp = block_nodes(cfg, layer)
+        if mixer == "attention":
+            for kind in "qkv":
+                hooks.append((f"blocks.{layer}.hook_{kind}_input", wrap(index[f"a{layer}.h0.{kind}"], True)))
+        elif mixer != "mlp":
+            hooks.append((f"blocks.{layer}.hook_mixer_in", wrap(index[f"r{layer}"], False)))
+        if has_mlp:
             hooks.append((f"blocks.{layer}.hook_mlp_in", wrap(index[f"m{layer}"], False)))
     hooks.append((f"blocks.{cfg.n_layers - 1}.hook_resid_post", wrap(index["logits"], False)))
     return hooks

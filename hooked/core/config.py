@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 ACT_FNS = (
     "relu",
+    "relu2",
     "gelu",
     "gelu_new",
     "gelu_fast",
@@ -31,6 +32,21 @@ ACT_FNS = (
 )
 NORMALIZATION_TYPES = ("LN", "LNPre", "RMS", "RMSPre", None)
 LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm does not)
+#: the token mixers a block can hold (`layer_types`); `mlp` is a block with no token mixer (Nemotron-H)
+LAYER_TYPES = ("attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "mlp")
+#: the layer types that carry a state from one position to the next besides the residual stream
+RECURRENT_LAYER_TYPES = ("mamba", "mamba2", "gated_deltanet", "short_conv")
+#: block features a hybrid block (`layer_types`) does not build, so `_check_layer_types` refuses them (with
+#: `kv_shared_from` and `activation_sparsity` where they are set)
+_NOT_IN_HYBRID_BLOCKS = (
+    "post_sublayer_norm",
+    "use_normalization_before_and_after",
+    "parallel_attn_mlp",
+    "altup_num_inputs",
+    "laurel_rank",
+    "d_per_layer_input",
+    "layer_scalar",
+)
 #: the KV cache stream of DeepSeek sparse attention's indexer keys (`kv_cache_streams`)
 INDEXER_KEYS = "indexer_keys"
 ROUTER_SCORINGS = ("softmax", "sigmoid", "topk_softmax", "sparsemixer")
@@ -46,7 +62,8 @@ class HookedTransformerConfig:
 
     The fields are flat (TransformerLens's names, `cfg.x` reads, `to_dict`/`from_dict`, pickles)
     and grouped in sections: **shape** (sizes and block layout), **positions** (rotary, ALiBi,
-    relative bias), **attention**, **norms**, **MLP / mixture of experts**, **hook switches**
+    relative bias), **attention**, **norms**, **MLP / mixture of experts**, **recurrent layers** (the
+    token mixer of each block: state-space and hybrid models), **hook switches**
     (optional hook points), **HF numerics** (knobs that only reorder roundings, so a model in
     half precision matches HuggingFace bit for bit), **runtime** (dtype, device, init, tokenizer),
     **image-text models** (the vision tower of an image-text model), **provenance** (where the weights
@@ -223,7 +240,11 @@ class HookedTransformerConfig:
     norm_topk_prob: bool = False
     """Renormalize the top-k routing weights to sum to 1 (Mixtral, Qwen3-MoE, OLMoE)."""
     shared_expert_d_mlp: int | None = None
-    """Qwen2-MoE: hidden width of an always-on shared expert (gated by a sigmoid); None: none."""
+    """Hidden width of an always-on shared expert beside the routed ones (Qwen2-MoE, Qwen3-Next, DeepSeek, GLM,
+    Granite-hybrid); None: none. See `shared_expert_gate`."""
+    shared_expert_gate: bool = True
+    """With `shared_expert_d_mlp`: the shared expert's output is scaled by a sigmoid gate `sigmoid(x w_s)` (Qwen2-MoE,
+    Qwen3-Next); False: added as is (DeepSeek, GLM, Granite-hybrid)."""
     swiglu_limit: float | None = None
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
@@ -232,9 +253,11 @@ class HookedTransformerConfig:
     """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
     activation (0: dense); None: dense everywhere."""
     router_scoring: str = "softmax"
-    """How the router turns its logits into expert scores: `softmax` over all experts; `sigmoid` per expert, the
-    choice read from the scores plus a learned correction bias (DeepSeek-V3, GLM-4-MoE); `topk_softmax`, a softmax
-    over the top-k logits only (GraniteMoE); `sparsemixer`, PhiMoE's two masked softmaxes (top-2)."""
+    """How the router turns its logits into expert scores (one of `ROUTER_SCORINGS`): `softmax` over all experts;
+    `sigmoid` per expert, the choice read from the scores plus a per-expert selection bias, the buffer
+    `mlp.e_score_correction_bias` (DeepSeek-V3, GLM-4-MoE, LFM2-MoE; zeros where the checkpoint has none);
+    `topk_softmax`, a softmax over the top-k logits only (GraniteMoE, Granite-hybrid); `sparsemixer`, PhiMoE's two
+    masked softmaxes (top-2)."""
     router_groups: int | None = None
     """Group-limited routing (DeepSeek `n_group`): experts form this many equal groups, and each token chooses its
     experts within its `router_topk_groups` best groups (a group scores its best expert under `softmax`, its two
@@ -242,16 +265,59 @@ class HookedTransformerConfig:
     router_topk_groups: int | None = None
     """Group-limited routing: groups each token may choose experts from (DeepSeek `topk_group`)."""
     routed_scaling_factor: float = 1.0
-    """DeepSeek, GLM: the routing weights are multiplied by this after any renormalization."""
+    """Sigmoid or grouped routing (DeepSeek, GLM, LFM2-MoE): the routing weights are multiplied by this after any
+    renormalization (`norm_topk_prob`)."""
+    router_norm_eps: float = 1e-20
+    """Sigmoid or grouped routing with `norm_topk_prob`: the chosen scores are divided by their sum plus this (HF's
+    DeepSeek, GLM: 1e-20; LFM2-MoE: 1e-6)."""
     sparsemixer_jitter_eps: float = 0.01
     """PhiMoE (`router_scoring="sparsemixer"`): an expert stays in a selection's softmax while its logit is within
     `2 * eps` (relative to the larger magnitude) of that selection's best (`router_jitter_noise`)."""
-    shared_expert_gate: bool = True
-    """Qwen2-MoE: the shared expert's output is scaled by a sigmoid gate; False (DeepSeek, GLM): added as is."""
     dense_mlp_layers: list[int] | None = None
     """Layers of a mixture-of-experts model whose MLP is a dense gated MLP (DeepSeek's `first_k_dense_replace`,
-    GLM's `mlp_layer_types`), as wide as `layer_d_mlp` says; None: every layer is a mixture of experts. See
-    `is_moe_layer`."""
+    GLM's `mlp_layer_types`, LFM2-MoE's `num_dense_layers`), as wide as `layer_d_mlp` says; None: every layer is a
+    mixture of experts. See `is_moe_layer`."""
+
+    # -- recurrent layers: state-space and hybrid models (Mamba, Mamba-2, gated DeltaNet, LFM2) ------
+    layer_types: list[str] | None = None
+    """The token mixer of each block (length `n_layers`), one of `LAYER_TYPES`: `attention`, `mamba` (Mamba's
+    selective scan), `mamba2` (Mamba-2's SSD), `gated_deltanet` (Qwen3-Next, Qwen3.5), `short_conv` (LFM2), or
+    `mlp` (a block with an MLP and no token mixer, Nemotron-H); None: attention in every block. A hybrid model
+    is this list; see `recurrent_layers` and `attention_layers`. A longer list is cut to `n_layers` (loading
+    `first_n_layers`)."""
+    single_sublayer_blocks: bool = False
+    """Each block holds one sublayer: its token mixer, or for `mlp` layers its MLP (Mamba, Mamba-2, Nemotron-H);
+    False: a token mixer, then an MLP, as in a transformer block."""
+    ssm_d_state: int | None = None
+    """Mamba, Mamba-2: the state width N each channel carries (HF's `state_size`)."""
+    ssm_d_inner: int | None = None
+    """Mamba, Mamba-2: channels of the scan (Mamba: `expand * d_model`; Mamba-2: `ssm_n_heads * ssm_d_head`)."""
+    ssm_n_heads: int | None = None
+    """Mamba-2: heads of the scan, each with one scalar decay per position."""
+    ssm_n_groups: int = 1
+    """Mamba-2: groups of heads sharing one B and one C (and one group of the gated norm)."""
+    ssm_dt_rank: int | None = None
+    """Mamba: width of the low-rank step-size projection (`x_proj` -> dt, then `dt_proj`)."""
+    ssm_conv_kernel: int = 4
+    """Width of the depthwise causal convolution before the scan (Mamba, Mamba-2, gated DeltaNet, LFM2)."""
+    ssm_chunk_size: int = 256
+    """Mamba-2: positions per chunk of the SSD scan (HF's `chunk_size`; only the rounding depends on it)."""
+    ssm_dt_limit: tuple[float, float | None] | list[float | None] = (0.0, None)
+    """Mamba-2: the step size is clamped to `[low, high]` after the softplus (HF's `time_step_limit`); a high of
+    None: no upper bound (HF's `inf`, kept out of the config so that it stays valid JSON); a list (from JSON) becomes
+    a tuple."""
+    ssm_act_fn: str = "silu"
+    """Activation after the causal convolution of Mamba, Mamba-2 and gated DeltaNet layers."""
+    deltanet_n_key_heads: int | None = None
+    """Gated DeltaNet: query/key heads (each serves `deltanet_n_value_heads // deltanet_n_key_heads` value heads)."""
+    deltanet_n_value_heads: int | None = None
+    """Gated DeltaNet: value heads, each with its own `[d_key_head, d_value_head]` state, decay and beta."""
+    deltanet_d_key_head: int | None = None
+    """Gated DeltaNet: width of one query/key head."""
+    deltanet_d_value_head: int | None = None
+    """Gated DeltaNet: width of one value head."""
+    attn_output_gate: bool = False
+    """Qwen3-Next, Qwen3.5: `W_Q` also yields a per-head gate; `z * sigmoid(gate)` is what `W_O` reads."""
 
     # -- hook switches: optional hook points (TransformerLens's flags), off by default for speed ---
     use_attn_result: bool = False
@@ -375,11 +441,12 @@ class HookedTransformerConfig:
             if self.d_model % self.d_head:
                 raise ConfigError(f"n_heads=-1 needs d_head ({self.d_head}) to divide d_model ({self.d_model})")
             self.n_heads = self.d_model // self.d_head
-        if not self.attn_only:
+        self._check_layer_types()
+        if any(self.block_has_mlp(layer) for layer in range(self.n_layers)):
             if self.d_mlp is None:
                 self.d_mlp = 4 * self.d_model
             if self.act_fn is None:
-                raise ConfigError("act_fn is required unless attn_only=True")
+                raise ConfigError("act_fn is required unless attn_only=True (or no block has an MLP)")
         if self.act_fn is not None and self.act_fn not in ACT_FNS:
             raise ConfigError(f"Unknown act_fn {self.act_fn!r}; supported: {', '.join(ACT_FNS)}")
         if self.normalization_type not in NORMALIZATION_TYPES:
@@ -450,12 +517,54 @@ class HookedTransformerConfig:
         if (self.d_per_layer_input is None) != (self.d_vocab_per_layer_input is None):
             raise ConfigError("d_per_layer_input and d_vocab_per_layer_input are set together (the per-layer table)")
 
+    def _check_layer_types(self) -> None:
+        """`layer_types` names a known mixer per layer, and each recurrent mixer has its sizes."""
+        if self.layer_types is None:
+            if self.single_sublayer_blocks:
+                raise ConfigError("single_sublayer_blocks needs layer_types (which sublayer each block holds)")
+            return
+        self.layer_types = list(self.layer_types)[: self.n_layers]  # `first_n_layers` keeps the first types
+        low, high = self.ssm_dt_limit
+        self.ssm_dt_limit = (float(low or 0.0), None if high is None or math.isinf(high) else float(high))
+        unknown = sorted(set(self.layer_types) - set(LAYER_TYPES))
+        if len(self.layer_types) != self.n_layers or unknown:
+            raise ConfigError(
+                f"layer_types must name one of {LAYER_TYPES} for each of the {self.n_layers} layers, got "
+                f"{self.layer_types!r}"
+            )
+        unsupported = [f for f in _NOT_IN_HYBRID_BLOCKS if getattr(self, f)]
+        if any(source is not None for source in self.kv_shared_from or ()):
+            unsupported.append("kv_shared_from")
+        if any(self.activation_sparsity or ()):
+            unsupported.append("activation_sparsity")
+        if unsupported:
+            raise ConfigError(f"layer_types (hybrid blocks) do not support {', '.join(unsupported)}")
+        if "mlp" in self.layer_types and not self.single_sublayer_blocks:
+            raise ConfigError("an 'mlp' layer (a block with no token mixer) needs single_sublayer_blocks=True")
+        needs = {
+            "mamba": ("ssm_d_state", "ssm_d_inner", "ssm_dt_rank"),
+            "mamba2": ("ssm_d_state", "ssm_d_inner", "ssm_n_heads"),
+            "gated_deltanet": (
+                "deltanet_n_key_heads", "deltanet_n_value_heads", "deltanet_d_key_head", "deltanet_d_value_head"
+            ),
+        }  # fmt: skip
+        for kind, fields in needs.items():
+            missing = [f for f in fields if kind in self.layer_types and getattr(self, f) is None]
+            if missing:
+                raise ConfigError(f"{kind} layers need {', '.join(missing)}")
+        if "mamba2" in self.layer_types:
+            heads, inner = self.ssm_n_heads or 1, self.ssm_d_inner or 0
+            if inner % heads or heads % self.ssm_n_groups:
+                raise ConfigError("mamba2: ssm_n_heads must divide ssm_d_inner, and ssm_n_groups ssm_n_heads")
+
     def _check_mla_and_routing(self) -> None:
         """Refuse inconsistent multi-head latent attention, sparse attention and routing fields."""
         if self.router_scoring not in ROUTER_SCORINGS:
             raise ConfigError(f"router_scoring must be one of {ROUTER_SCORINGS}, got {self.router_scoring!r}")
         if (self.router_groups is None) != (self.router_topk_groups is None):
             raise ConfigError("router_groups and router_topk_groups must be set together (group-limited routing)")
+        if self.router_scoring in ("topk_softmax", "sparsemixer") and self.routed_scaling_factor != 1.0:
+            raise ConfigError(f"routed_scaling_factor scales softmax and sigmoid routing, not {self.router_scoring}")
         if self.router_groups is not None and (self.num_experts or 0) % self.router_groups:
             raise ConfigError(f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts})")
         if self.dense_mlp_layers is not None and self.num_experts is None:
@@ -467,6 +576,8 @@ class HookedTransformerConfig:
                 "multi-head latent attention (kv_lora_rank) needs rotary positions on the last rotary_dim dims of "
                 f"each head, with rotary_dim below d_head (got rotary_dim={self.rotary_dim}, d_head={self.d_head})"
             )
+        if self.uses_mla and self.attn_output_gate:
+            raise ConfigError("attn_output_gate (an output-gated attention) is not supported with kv_lora_rank (MLA)")
         if 0 in (self.index_shared_layers or ()):
             raise ConfigError("index_shared_layers cannot hold layer 0: a shared layer reuses the layer before's keys")
         index = (self.index_n_heads, self.index_d_head, self.index_topk)
@@ -518,6 +629,42 @@ class HookedTransformerConfig:
     def is_moe_layer(self, layer: int) -> bool:
         """Whether `layer`'s MLP is a mixture of experts (not one of `dense_mlp_layers`)."""
         return self.uses_moe and layer not in (self.dense_mlp_layers or ())
+
+    @property
+    def mixer_types(self) -> list[str]:
+        """The token mixer of every block: `layer_types`, or `attention` for each block without them."""
+        return list(self.layer_types) if self.layer_types is not None else ["attention"] * self.n_layers
+
+    @property
+    def attention_layers(self) -> list[int]:
+        """The blocks whose token mixer is attention (every block of a transformer; some of a hybrid)."""
+        return [layer for layer, kind in enumerate(self.mixer_types) if kind == "attention"]
+
+    @property
+    def recurrent_layers(self) -> list[int]:
+        """The blocks whose token mixer carries a state across positions (`RECURRENT_LAYER_TYPES`):
+        a generation cache holds their convolution and recurrent states instead of keys and values."""
+        return [layer for layer, kind in enumerate(self.mixer_types) if kind in RECURRENT_LAYER_TYPES]
+
+    def block_has_mixer(self, layer: int) -> bool:
+        """Whether block `layer` has a token mixer (attention or recurrent); Nemotron-H's `mlp` blocks have none."""
+        return self.mixer_types[layer] != "mlp"
+
+    def block_has_mlp(self, layer: int) -> bool:
+        """Whether block `layer` has an MLP: not with `attn_only`; in single-sublayer blocks, only `mlp` layers."""
+        if self.attn_only:
+            return False
+        return self.mixer_types[layer] == "mlp" if self.single_sublayer_blocks else True
+
+    def block_writes(self, layer: int) -> tuple[str, ...]:
+        """The hook names (without `hook_`) of what block `layer` adds to the residual stream, in order:
+        `attn_out` (attention), `mixer_out` (any other token mixer), `mlp_out`."""
+        writes = []
+        if self.block_has_mixer(layer):
+            writes.append("attn_out" if self.mixer_types[layer] == "attention" else "mixer_out")
+        if self.block_has_mlp(layer):
+            writes.append("mlp_out")
+        return tuple(writes)
 
     @property
     def n_kv_heads(self) -> int:
@@ -621,13 +768,15 @@ class HookedTransformerConfig:
         return self.d_mlp
 
     def _count_params(self) -> int:
-        n = 0
+        n, per_mlp = 0, self.d_model * (2 + int(self.gated_mlp))
+        attention = set(self.attention_layers)  # a hybrid's recurrent mixers are not counted (TransformerLens's count)
         for layer in range(self.n_layers):
-            layer_cfg = self.layer_config(layer)  # the layer's own widths (Gemma 3n/4, DeepSeek's dense layers)
-            n += layer_cfg._attention_params()
-            if not self.attn_only:
+            layer_cfg = self.layer_config(layer)  # the layer's own widths (Gemma 3n/4, the dense layers of a MoE)
+            if layer in attention:
+                n += layer_cfg._attention_params()
+            if self.block_has_mlp(layer):
                 experts = (self.num_experts or 1) if self.is_moe_layer(layer) else 1
-                n += self.d_model * layer_cfg.mlp_width * (2 + int(self.gated_mlp)) * experts
+                n += per_mlp * layer_cfg.mlp_width * experts
         return n
 
     def _attention_params(self) -> int:

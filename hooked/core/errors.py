@@ -24,6 +24,7 @@ anywhere else and that the tree below (also in docs/errors-and-guarantees.md) ma
     │   ├── GraphMismatchError                            a saved circuit graph loaded against another model
     │   ├── ShapeMismatchError                            e.g. FactoredMatrix inner dimensions
     │   │   └── LeadingDimsMismatchError (RuntimeError)   FactoredMatrix leading dims that do not broadcast
+    │   ├── LayerTypeError (KeyError)                     an attention method on a hybrid's recurrent layer
     │   └── HarvestMismatchError                          a harvest directory made with other arguments
     ├── InputTypeError (TypeError, AssertionError)        an argument has a bad type
     ├── ConfigError (ValueError, AssertionError)          an impossible config
@@ -103,6 +104,14 @@ class ShapeMismatchError(InputError):
 
 class LeadingDimsMismatchError(ShapeMismatchError, RuntimeError):
     """Leading dimensions that do not broadcast (a `RuntimeError`, as torch and TransformerLens raise)."""
+
+
+class LayerTypeError(InputError, KeyError):
+    """An attention-only method (or hook) asked of a layer whose token mixer is not attention (a state-space layer
+    of a hybrid), or an MLP one of a block without an MLP; the message names the layer type and what to use."""
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
 
 
 class HarvestMismatchError(InputError):
@@ -267,6 +276,7 @@ __all__ = [
     "JobCancelled",
     "JobTimeout",
     "KVCacheMismatchError",
+    "LayerTypeError",
     "LeadingDimsMismatchError",
     "MissingHooksError",
     "MissingStepsError",

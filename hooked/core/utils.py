@@ -33,6 +33,8 @@ _NAME_ALIASES = {
 _LAYER_TYPE_ALIASES = {"a": "attn", "attention": "attn", "m": "mlp", "b": None, "block": None, "blocks": None}
 _ATTN_NAMES = {"q", "k", "v", "z", "rot_q", "rot_k", "result", "pattern", "attn_scores"}
 _MLP_NAMES = {"pre", "post", "mid", "pre_linear"}
+# a recurrent layer's own hooks (`blocks.{l}.mixer.hook_*`) that no other sublayer has
+_MIXER_NAMES = {"ssm_state", "delta", "log_decay", "conv_in", "conv_out", "beta"}
 
 
 def get_act_name(name: str, layer: int | None = None, layer_type: str | None = None) -> str:
@@ -53,6 +55,8 @@ def get_act_name(name: str, layer: int | None = None, layer_type: str | None = N
         layer_type = "attn"
     elif layer_type is None and name in _MLP_NAMES:
         layer_type = "mlp"
+    elif layer_type is None and name in _MIXER_NAMES:
+        layer_type = "mixer"
     if layer is None:
         return f"ln_final.hook_{name}" if name in ("scale", "normalized") else f"hook_{name}"
     return f"blocks.{layer}.{layer_type + '.' if layer_type else ''}hook_{name}"

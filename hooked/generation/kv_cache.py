@@ -12,6 +12,8 @@ import copy
 import torch
 from jaxtyping import Float, Int
 
+from hooked.generation.recurrent_cache import RecurrentStateEntry
+
 
 class HookedTransformerKeyValueCacheEntry:
     """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer.
@@ -90,11 +92,19 @@ class HookedTransformerKeyValueCacheEntry:
 class HookedTransformerKeyValueCache:
     """Per-layer KV entries plus the attention mask of the cached positions.
 
+    A state-space or hybrid model's recurrent layers hold a `RecurrentStateEntry` instead (their
+    convolution window and state, `hooked/generation/recurrent_cache.py`); `cache[layer]` is either.
+
     A frozen cache is read but never extended: every forward attends to the cached
     prefix plus its own tokens, so one prefix can serve many continuations.
     """
 
-    def __init__(self, entries: list[HookedTransformerKeyValueCacheEntry], previous_attention_mask, frozen=False):
+    def __init__(
+        self,
+        entries: list[HookedTransformerKeyValueCacheEntry | RecurrentStateEntry],
+        previous_attention_mask,
+        frozen=False,
+    ):
         self.entries = entries
         self.previous_attention_mask = previous_attention_mask
         self.frozen = frozen
@@ -102,18 +112,27 @@ class HookedTransformerKeyValueCache:
 
     @classmethod
     def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
-        """An empty cache; `capacity` preallocates that many positions (it still grows past them)."""
+        """An empty cache; `capacity` preallocates that many positions (it still grows past them).
+
+        Attention layers get key/value entries of `cfg.kv_cache_entry_shape(layer)` (MLA: the latent and
+        the shared rotary key); the other layers of a state-space or hybrid model (`cfg.layer_types`) get
+        a `RecurrentStateEntry` (their convolution window and state).
+        """
         device = cfg.device if device is None else device
-        shapes = [cfg.kv_cache_entry_shape(layer) for layer in range(cfg.n_layers)]  # (heads, d_key, d_value)
-        entries = [
-            HookedTransformerKeyValueCacheEntry(
+        attention = set(cfg.attention_layers)
+
+        def entry(layer: int) -> HookedTransformerKeyValueCacheEntry | RecurrentStateEntry:
+            if layer not in attention:
+                return RecurrentStateEntry()
+            heads, d_key, d_value = cfg.kv_cache_entry_shape(layer)
+            return HookedTransformerKeyValueCacheEntry(
                 batch_size, heads, d_key, device, cfg.dtype, capacity=capacity, d_value=d_value
             )
-            for heads, d_key, d_value in shapes
-        ]
+
+        entries = [entry(layer) for layer in range(cfg.n_layers)]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
-    def __getitem__(self, layer: int) -> HookedTransformerKeyValueCacheEntry:
+    def __getitem__(self, layer: int) -> HookedTransformerKeyValueCacheEntry | RecurrentStateEntry:
         return self.entries[layer]
 
     def __len__(self) -> int:
@@ -216,6 +235,19 @@ class StaticKeyValueCacheEntry:
         return buffer
 
 
+def check_static_supported(cfg) -> None:
+    """Refuse the static cache for models with recurrent layers (it holds keys and values only)."""
+    if cfg.recurrent_layers:
+        from hooked.core.errors import InputError
+
+        kinds = sorted({cfg.mixer_types[layer] for layer in cfg.recurrent_layers})
+        raise InputError(
+            f"cache_implementation='static' does not support recurrent layers ({', '.join(kinds)} at layers "
+            f"{cfg.recurrent_layers}): its fixed-shape buffers hold keys and values only. Use the default cache "
+            "(cache_implementation=None), which carries each recurrent layer's convolution and state."
+        )
+
+
 class StaticKeyValueCache:
     """A KV cache of fixed `capacity` positions whose decode steps all have the same shapes.
 
@@ -231,6 +263,7 @@ class StaticKeyValueCache:
     counts_own_forwards = True  # the forward does not touch n_forwards (it is read eagerly only)
 
     def __init__(self, cfg, batch_size: int, capacity: int, device=None):
+        check_static_supported(cfg)
         device = torch.device(cfg.device if device is None else device)
         self.capacity = capacity
         shapes = [cfg.kv_cache_entry_shape(layer) for layer in range(cfg.n_layers)]  # (heads, d_key, d_value)

@@ -42,7 +42,7 @@ from hooked.components.rotary import longrope_switches
 from hooked.core.errors import AttentionMaskError, GenerationHookError, InputError
 from hooked.core.utils import USE_DEFAULT_VALUE, AtSteps
 from hooked.core.validation import check_model_input, check_token_range, mask_dtype_check, mask_is_all_ones
-from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache
+from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache, check_static_supported
 from hooked.generation.options import (  # noqa: F401  (RETURN_TYPES: importable from here)
     OPTION_NAMES,
     RETURN_TYPES,
@@ -435,6 +435,7 @@ def _static_hooks(model, hooks: list, n_steps: int, device) -> tuple[list, list,
 
 
 def _check_static(model, prompt: Prompt, capacity: int) -> None:
+    check_static_supported(model.cfg)
     if longrope_switches(model.cfg, prompt.length, capacity):
         raise InputError(
             "cache_implementation='static' cannot cross LongRoPE's switch to its long factors (at "

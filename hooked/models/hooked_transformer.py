@@ -138,7 +138,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             torch.manual_seed(self.cfg.seed)
         for name, p in self.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
-            if leaf.startswith(("W_", "_W_")) or leaf == "weight":  # MoE experts and router are nn.Linear
+            if leaf.startswith(("W_", "_W_")) or leaf in ("weight", "W"):  # nn.Linear (MoE); "W": a mixer's conv
                 nn.init.normal_(p, std=self.cfg.initializer_range)
             elif leaf == "w":
                 nn.init.ones_(p)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import Float
 
+from hooked.analysis.layer_types import check_present, describe_layer
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.errors import ReplacedModuleError
+from hooked.core.errors import LayerTypeError, ReplacedModuleError
 from hooked.core.factored_matrix import FactoredMatrix
 from hooked.core.validation import check_token_range
 from hooked.placement.dispatch import read_weight
@@ -33,6 +34,7 @@ class WeightViewsMixin:
 
     def block_weight(self, layer: int, name: str) -> torch.Tensor:
         """`blocks[layer].<name>` (e.g. `"attn.W_O"`), paged in if offloaded (a pipeline fetches it from its rank)."""
+        check_present(self.cfg, [f"blocks.{layer}.{name}"])  # a hybrid block without that sublayer: say which
         return _read_or_explain(self.blocks[layer], name, f"blocks.{layer}")
 
     def part_weight(self, part: str, name: str) -> torch.Tensor:
@@ -44,6 +46,12 @@ class WeightViewsMixin:
             raise NotImplementedError(
                 f"{name} of a mixture-of-experts model is per expert: read blocks[l].mlp.experts[e].{name}.weight "
                 "(nn.Linear layout, [out, in]); the router is blocks[l].mlp.W_gate.weight [num_experts, d_model]"
+            )
+        if module == "attn" and len(self.cfg.attention_layers) < self.cfg.n_layers:
+            raise LayerTypeError(
+                f"{name} stacks every layer's attention, but only layers {self.cfg.attention_layers} of this hybrid "
+                f"model are attention layers ({describe_layer(self.cfg, _first_other_layer(self.cfg))}): read "
+                f"blocks[l].attn.{name} for l in model.cfg.attention_layers"
             )
         _check_stackable(self.cfg, module, name)
         tensors = [self.block_weight(layer, f"{module}.{name}") for layer in range(self.cfg.n_layers)]
@@ -132,11 +140,13 @@ class WeightViewsMixin:
                 "GPT-OSS's experts have output biases mixed per token by the router, so they add no constant "
                 "bias: pass include_mlp_biases=False"
             )
+        attention = set(self.cfg.attention_layers)  # a hybrid's recurrent layers keep their bias in `mixer_out`
         for i in range(layer):
-            total = total + self.block_weight(i, "attn.b_O").to(total.device)
-            if mlp_biases and not self.cfg.uses_moe:  # bias-free experts (Mixtral, Qwen-MoE, OLMoE) add none
+            if i in attention:
+                total = total + self.block_weight(i, "attn.b_O").to(total.device)
+            if mlp_biases and not self.cfg.uses_moe and self.cfg.block_has_mlp(i):  # bias-free experts add none
                 total = total + self.block_weight(i, "mlp.b_out").to(total.device)
-        if mlp_input:
+        if mlp_input and layer in attention:
             total = total + self.block_weight(layer, "attn.b_O").to(total.device)
         return total
 
@@ -165,6 +175,11 @@ def _check_stackable(cfg: HookedTransformerConfig, module: str, name: str) -> No
             f"{name} cannot be stacked over layers: their {width} differ ({widths}, cfg.layer_{width}); read "
             f"blocks[l].{module}.{name} one layer at a time"
         )
+
+
+def _first_other_layer(cfg: HookedTransformerConfig) -> int:
+    """The first layer whose token mixer is not attention."""
+    return next(layer for layer, kind in enumerate(cfg.mixer_types) if kind != "attention")
 
 
 def _read_or_explain(owner: torch.nn.Module, name: str, where: str) -> torch.Tensor:

@@ -201,7 +201,8 @@ def fold_layer_norm(
     """Fold every pre-norm's gain (and LayerNorm bias) into its readers; the norms lose their parameters.
 
     Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA; W_Q alone in a layer that
-    reuses another's keys and values); W_in and W_gate
+    reuses another's keys and values; an output gate's `W_gate`), or a recurrent mixer's input
+    projection `mixer.W_in`; W_in and W_gate
     (and every MoE expert's, plus the router) for `ln2`; W_U for `ln_final`; W_out for
     `solu_ln`'s `mlp.ln`. RMSNorms fold their gain only (no bias, no centering), so this
     is right for every norm type with the default flags. `ln1_post`/`ln2_post` and
@@ -210,10 +211,11 @@ def fold_layer_norm(
     block_ln = cfg.uses_layer_norm
     fold = dict(fold_biases=fold_biases, center_weights=center_weights)
     for layer, p in enumerate(_layers(cfg)):
-        _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(sd, cfg, layer), block_ln, **fold)
-        if cfg.uses_mla:
+        if cfg.block_has_mixer(layer):
+            _fold_norm_into_readers(sd, cfg, p + "ln1", _ln1_readers(sd, cfg, layer), block_ln, **fold)
+        if cfg.uses_mla and layer in cfg.attention_layers:
             _fold_latent_norms(sd, cfg, p + "attn.", **fold)
-        if cfg.attn_only:
+        if not cfg.block_has_mlp(layer):
             continue
         experts = _experts(sd, p)
         if experts:  # TL MoE layout: bias-free nn.Linear weights [out, d_model]
@@ -231,9 +233,15 @@ def fold_layer_norm(
 
 
 def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
-    """What reads `blocks.{layer}.ln1`'s output: `(weight, bias)` keys of W_Q, W_K, W_V (W_Q alone in a layer that
-    reuses another's keys and values); under MLA the down-projections and DSA's indexer."""
-    attn = f"blocks.{layer}.attn."
+    """`(weight, bias)` keys of what reads block `layer`'s `ln1`: W_Q, W_K, W_V (W_Q alone in a layer that reuses
+    another's keys and values; and an output gate's `W_gate`); under MLA the down-projections and DSA's indexer; or
+    a recurrent mixer's input projections (`NORM_READERS` of its class)."""
+    p, kind = f"blocks.{layer}.", cfg.mixer_types[layer]
+    if kind != "attention":
+        from hooked.components.hybrid_block import mixer_class
+
+        return [(p + f"mixer.{w}", p + f"mixer.b{w[1:]}") for w in mixer_class(kind).NORM_READERS]  # type: ignore[attr-defined]
+    attn = p + "attn."
     if cfg.uses_mla:
         names = ("W_Q_A" if cfg.q_lora_rank else "W_Q_B", "W_KV_A", "indexer.W_K", "indexer.W_weights")
         return [(attn + n, attn + n.replace("W_", "b_")) for n in names if attn + n in sd]
@@ -241,7 +249,7 @@ def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> lis
     readers = [(attn + "W_Q", attn + "b_Q")]
     if cfg.kv_source(layer) is None:  # a KV-sharing layer projects q only
         readers += [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
-    return readers
+    return readers + ([(attn + "W_gate", attn + "b_gate")] if attn + "W_gate" in sd else [])
 
 
 def _fold_latent_norms(sd: StateDict, cfg: HookedTransformerConfig, attn: str, **fold) -> None:
@@ -295,10 +303,11 @@ def center_writing_weights(sd: StateDict, cfg: HookedTransformerConfig) -> State
     _center_last(sd, cfg, "embed.W_E")  # [d_vocab, d_model]
     if cfg.positional_embedding_type == "standard" and "pos_embed.W_pos" in sd:
         _center_last(sd, cfg, "pos_embed.W_pos")  # [n_ctx, d_model]
-    for p in _layers(cfg):
-        _center_last(sd, cfg, p + "attn.W_O")  # [head, d_head, d_model]
-        _center_last(sd, cfg, p + "attn.b_O")  # [d_model]
-        if cfg.attn_only:
+    for layer, p in enumerate(_layers(cfg)):
+        for writer in ("attn.W_O", "attn.b_O", "mixer.W_out", "mixer.b_out"):  # [.., d_model]
+            if p + writer in sd:
+                _center_last(sd, cfg, p + writer)
+        if not cfg.block_has_mlp(layer):
             continue
         for e in _experts(sd, p) + [p + "mlp.shared_expert."] * (p + "mlp.shared_expert.W_out.weight" in sd):
             _center_last(sd, cfg, e + "W_out.weight", axis=0)  # [d_model, d_mlp]
@@ -347,8 +356,8 @@ def fold_value_biases(sd: StateDict, cfg: HookedTransformerConfig, recenter: boo
     heads, so it is repeated first. `recenter` removes `b_O`'s mean over `d_model` again
     (used when the writing weights were centered, so `b_O` stays exactly centered).
     """
-    for p in _layers(cfg):
-        _fold_value_bias_layer(sd, cfg, p + "attn.", recenter)
+    for layer in cfg.attention_layers:
+        _fold_value_bias_layer(sd, cfg, f"blocks.{layer}.attn.", recenter)
     return sd
 
 
@@ -362,6 +371,7 @@ def check_refactorable(cfg: HookedTransformerConfig) -> None:
         (cfg.use_qk_norm, "qk-norm normalizes q and k"),
         (cfg.uses_grouped_query_attention, "grouped-query attention shares W_K/W_V between query heads"),
         (cfg.clip_qkv is not None, "clip_qkv clamps q, k and v"),
+        (cfg.attn_output_gate, "an output gate multiplies z elementwise between W_V and W_O"),
     ]
     for failed, why in reasons:
         if failed:
@@ -401,8 +411,8 @@ def refactor_factored_attn_matrices(sd: StateDict, cfg: HookedTransformerConfig,
     from hooked.core.factored_matrix import FactoredMatrix
 
     check_refactorable(cfg)
-    for p in _layers(cfg):
-        a = p + "attn."
+    for layer in cfg.attention_layers:
+        a = f"blocks.{layer}.attn."
         device = sd[a + "W_Q"].device
         W_Q, b_Q, W_K, b_K = _refactor_qk(*(_f64(sd, a + name) for name in ("W_Q", "b_Q", "W_K", "b_K")))
         for name, value in zip(("W_Q", "b_Q", "W_K", "b_K"), (W_Q, b_Q, W_K, b_K), strict=True):
@@ -492,8 +502,9 @@ def convert_norms_to_pre(model) -> None:
     cfg = model.cfg
     cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)
     for block in model.blocks:
-        block.ln1 = make_norm(cfg)
-        if cfg.uses_mla:  # the latent norms were folded too
+        if hasattr(block, "ln1"):  # a Nemotron-H `mlp` block has none
+            block.ln1 = make_norm(cfg)
+        if cfg.uses_mla and hasattr(block, "attn"):  # the latent norms were folded too
             block.attn.use_folded_latent_norms()
         if hasattr(block, "ln2"):
             block.ln2 = make_norm(cfg)

@@ -12,7 +12,7 @@ import logging
 import torch
 
 from hooked.core.dtypes import cast_parameter
-from hooked.core.errors import InputError  # noqa: F401  (importable from here before)
+from hooked.core.errors import InputError
 from hooked.loading.options import LoadOptions
 from hooked.scale.stage_loading import (
     _FIRST_MODULES,
@@ -55,6 +55,11 @@ def load_stage(cls, model_name: str, rank: int, world_size: int, stage_device: t
         device=str(device),
         **checkpoint_fields,
     )
+    if cfg.vision_language is not None:  # its vision tower and projector belong to no stage of the text blocks
+        raise InputError(
+            f"{arch_name} is an image-text model: pipeline=True is not supported for it yet; load it whole on one "
+            "device (device=...)"
+        )
     stage = make_stage(cfg.n_layers, world_size, rank)
     convert = get_architecture(arch_name).weights
     try:

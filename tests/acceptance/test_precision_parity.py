@@ -90,12 +90,14 @@ def test_hooks_that_return_copies_change_nothing_in_half_precision(family):
 
 
 def test_every_supported_architecture_has_a_family():
-    """Decoders here; image-text models (VLM_CONFIGS) in tests/acceptance/test_vision_language_parity.py."""
+    """Decoders here; image-text models (VLM_CONFIGS) in tests/acceptance/test_vision_language_parity.py;
+    state-space and hybrid models (SSM_CONFIGS, bfloat16) in tests/acceptance/test_ssm_parity.py."""
     from hooked.loading.registry import supported_architectures
-    from tests.tiny_models import VLM_CONFIGS, tiny_vlm
+    from tests.tiny_models import SSM_CONFIGS, VLM_CONFIGS, tiny_vlm
 
     covered = {type(build()).__name__ for build in EVERY_FAMILY.values()}
     covered |= {type(tiny_vlm(name)).__name__ for name in VLM_CONFIGS}
+    covered |= {model_class for model_class, *_ in SSM_CONFIGS.values()}
     assert covered == set(supported_architectures())
 
 

@@ -27,7 +27,7 @@ def removal_effects(model, graph, clean, corrupted, metric=logit_diff):
     return effects
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama_gqa", "moe"])
+@pytest.mark.parametrize("family", ["gpt2", "llama_gqa", "moe", "hybrid_ssm"])
 def test_eap_is_exact_on_edges_into_linear_logits(family):
     # without a final norm the logits are linear in their input, so the first-order score is the effect
     model = tiny_hooked(family, normalization_type=None)
@@ -53,7 +53,7 @@ def test_scores_correlate_with_exact_edge_removal(method):
     assert corr > MIN_CORRELATION[method]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama_gqa", "neox_parallel", "gemma_post_norm"])
+@pytest.mark.parametrize("family", ["gpt2", "llama_gqa", "neox_parallel", "gemma_post_norm", "hybrid_ssm"])
 def test_eap_ig_scores_out_of_the_input_are_complete(family):
     # every path starts at the input node, so its edges' IG scores add up to the total effect.
     # Not for MoE: along the path the top-k routing switches experts, a jump no gradient sees

@@ -26,6 +26,7 @@ SECTIONS = (
     "attention",
     "norms",
     "MLP and mixture of experts",
+    "recurrent layers",
     "hook switches",
     "HF numerics",
     "runtime",
