@@ -48,7 +48,13 @@ def lfm2_mlp_width(hf: Any, width: int) -> int:
 
 def lfm2_config(hf: Any, architecture: str) -> dict:
     require_rope_types(hf, architecture, ("default",))
-    require_supported(hf, architecture, "layer_types", lambda v: set(v) <= set(LAYER_TYPES), describe=str(LAYER_TYPES))
+    require_supported(
+        hf,
+        architecture,
+        "layer_types",
+        lambda v: v is not None and set(v) <= set(LAYER_TYPES),
+        describe=str(LAYER_TYPES),
+    )
     base, _ = hf_rope_parameters(hf)
     d_head = hf.hidden_size // hf.num_attention_heads
     return dict(

@@ -81,6 +81,18 @@ REFUSALS: dict[str, tuple[dict, str]] = {
         "hidden_act",
     ),
     "Qwen2_5_VLForConditionalGeneration": ({"vision_config": {"hidden_act": "gelu_10"}}, "vision_config.hidden_act"),
+    "MambaForCausalLM": (dict(hidden_act="gelu"), "hidden_act"),
+    "Mamba2ForCausalLM": (dict(hidden_act="gelu"), "hidden_act"),
+    "NemotronHForCausalLM": (
+        dict(layers_block_type=["linear_attention", "moe", "full_attention", "mlp"]),
+        "layers_block_type",
+    ),
+    "GraniteMoeHybridForCausalLM": (dict(hidden_act="gelu"), "hidden_act"),
+    "Qwen3NextForCausalLM": (dict(mlp_only_layers=[0]), "mlp_only_layers"),
+    "Qwen3_5ForCausalLM": (dict(hidden_act="gelu"), "hidden_act"),
+    "Qwen3_5ForConditionalGeneration": ({"text_config": {"hidden_act": "gelu"}}, "hidden_act"),
+    "Lfm2ForCausalLM": (dict(rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=1e6)), "rope_type"),
+    "Lfm2MoeForCausalLM": (dict(rope_parameters=dict(rope_type="linear", factor=2.0, rope_theta=1e6)), "rope_type"),
     "T5ForConditionalGeneration": (dict(feed_forward_proj="gated-mish"), "feed_forward_proj"),
     "HubertModel": (dict(conv_pos_batch_norm=True), "conv_pos_batch_norm"),
     "BertForPreTraining": (dict(is_decoder=True), "is_decoder"),
@@ -102,6 +114,10 @@ BASES: dict[str, dict] = {
     "LlavaOnevisionForConditionalGeneration": {
         "vision_config": {"model_type": "siglip_vision_model", "image_size": 378, "patch_size": 14}
     },
+    # Nemotron-H's default pattern has a MoE layer (refused); this one has its other three layer types
+    "NemotronHForCausalLM": dict(layers_block_type=["linear_attention", "mlp", "full_attention", "mlp"]),
+    # LFM2-MoE's default names no layer types (HF's model reads one per layer)
+    "Lfm2MoeForCausalLM": dict(layer_types=["conv", "conv", "full_attention", "conv"] * 8),
 }
 
 
