@@ -20,6 +20,7 @@ from hooked.components import alibi
 from hooked.components.alibi import alibi_bias, alibi_sdpa_mask, alibi_slopes
 from hooked.components.attention_buffers import AttentionBuffers
 from hooked.components.forward_state import ForwardState
+from hooked.components.norms import RMSNormPre
 from hooked.components.qk_norm import apply_qk_norm, make_qk_norm
 from hooked.components.rotary import (
     apply_rotary,
@@ -97,8 +98,13 @@ class Attention(AttentionBuffers, nn.Module):
         self.window = cfg.window_size if is_local else None
         if cfg.use_qk_norm:  # per head, or over the whole projection (OLMo-2/3, OLMoE)
             self.q_norm, self.k_norm = make_qk_norm(cfg, H), make_qk_norm(cfg, cfg.n_kv_heads)
+        if cfg.use_v_norm:  # Gemma 3n/4: values RMS-normalized per head, without a gain
+            self.v_norm = RMSNormPre(cfg, dh)
+        self.lends_kv = cfg.lends_kv(layer)  # a later layer attends to this one's keys and values
         # fp32 slopes as a plain attribute (not a buffer), so casting the model never rounds them
-        self.alibi_slopes = alibi_slopes(H) if cfg.positional_embedding_type == "alibi" else None
+        alibi = cfg.positional_embedding_type == "alibi"
+        self.alibi_slopes = alibi_slopes(H, cfg.alibi_bias_max) if alibi else None
+        self.alibi_added = cfg.alibi_before_attn_scale or cfg.alibi_bias_max is not None  # added to the scores
         if self.alibi_slopes is not None and cfg.alibi_before_attn_scale:  # Falcon: (q.k + bias) / attn_scale
             self.alibi_slopes = self.alibi_slopes * self.scale
         if cfg.attn_sinks:  # GPT-OSS: one learned logit per head joins each softmax, then is dropped
@@ -164,34 +170,7 @@ class Attention(AttentionBuffers, nn.Module):
             state = ForwardState.for_input(
                 query_input.shape[0], query_input.shape[1], query_input.device, attention_mask, causal
             )
-        kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
-        W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
-        after = cfg.bias_after_matmul
-        q = self.hook_q(project(query_input, self.W_Q, self.b_Q, after))  # [batch, pos, head, d_head]
-        k = project(key_input, W_K, b_K, after)  # [batch, pos, kv_head, d_head]
-        v = project(value_input, W_V, b_V, after)  # [batch, pos, kv_head, d_head]
-        if cfg.ungroup_grouped_query_attention:
-            k, v = self.ungroup(k), self.ungroup(v)
-        k, v = self.hook_k(k), self.hook_v(v)
-        if cfg.use_qk_norm:
-            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
-        if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
-            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
-        if self.rotary:
-            table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
-            if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
-                cos, sin = state.rotary_tables
-            elif "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
-                cos, sin = self._stored_cos_sin(state, table_dtype)
-            else:
-                cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
-            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
-        if state.past_kv_cache is not None:
-            entry = state.past_kv_cache[self.layer]
-            if state.query_columns is None:
-                k, v = entry.update(k, v)  # [batch, n_keys, kv_head, d_head]
-            else:  # a static cache: written at fixed columns, read whole
-                k, v = entry.update(k, v, state.query_columns)  # [batch, capacity, kv_head, d_head]
+        q, k, v = self._qkv(query_input, key_input, value_input, state)
         if self._use_sdpa():
             z = self._attend_sdpa(q, k, v, state)
             if self._pattern_observed():  # read-only observers (caching): give them the explicit pattern
@@ -205,6 +184,51 @@ class Attention(AttentionBuffers, nn.Module):
     def _gate_z(self, z: Float[torch.Tensor, "batch pos head d_head"], query_input: torch.Tensor) -> torch.Tensor:
         """`z` as `W_O` reads it (`GatedAttention`, Qwen3-Next: times a per-head gate of the input)."""
         return z
+
+    def _qkv(
+        self, query_input: torch.Tensor, key_input: torch.Tensor, value_input: torch.Tensor, state: ForwardState
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q `[batch, pos, head, d_head]`, and k, v `[batch, n_keys, kv_head, d_head]` over every key (cached ones
+        included): projected, normalized, clipped and rotated, through their hooks."""
+        cfg = self.cfg
+        kv_heads = key_input.shape[2] if key_input.ndim == 4 else cfg.n_kv_heads
+        W_K, b_K, W_V, b_V = self.kv_weights(kv_heads)
+        after = cfg.bias_after_matmul
+        q = self.hook_q(project(query_input, self.W_Q, self.b_Q, after))  # [batch, pos, head, d_head]
+        k = project(key_input, W_K, b_K, after)  # [batch, pos, kv_head, d_head]
+        v = project(value_input, W_V, b_V, after)  # [batch, pos, kv_head, d_head]
+        if cfg.ungroup_grouped_query_attention:
+            k, v = self.ungroup(k), self.ungroup(v)
+        k, v = self.hook_k(k), self.hook_v(v)
+        if cfg.use_v_norm:  # Gemma 3n/4: each value head RMS-normalized, no gain
+            v = self.v_norm(v)
+        if cfg.use_qk_norm and not cfg.qk_norm_after_rotary:
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
+        if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
+        if self.rotary:
+            cos, sin = self._rotary_tables(state, q.dtype)
+            q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
+        if cfg.use_qk_norm and cfg.qk_norm_after_rotary:  # HunYuan: normalize the rotated q and k
+            q, k = apply_qk_norm(self.q_norm, q), apply_qk_norm(self.k_norm, k)
+        if state.past_kv_cache is not None:
+            entry = state.past_kv_cache[self.layer]
+            if state.query_columns is None:
+                k, v = entry.update(k, v)  # [batch, n_keys, kv_head, d_head]
+            else:  # a static cache: written at fixed columns, read whole
+                k, v = entry.update(k, v, state.query_columns)  # [batch, capacity, kv_head, d_head]
+        if self.lends_kv:  # later layers attend to these keys and values (cfg.kv_shared_from)
+            state.shared_kv[self.layer] = (k, v)
+        return q, k, v
+
+    def _rotary_tables(self, state: ForwardState, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """This call's cos and sin `[batch, pos, 1, rotary_dim]` (shared by the layers with the same frequencies)."""
+        if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
+            return state.rotary_tables
+        table_dtype = torch.float32 if self.cfg.rotary_tables_in_fp32 else dtype
+        if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
+            return self._stored_cos_sin(state, table_dtype)
+        return state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
 
     def _rotate(self, x: Float[torch.Tensor, "batch pos head d_head"], cos, sin) -> torch.Tensor:
         """Rotary on q or k; with `cfg.rotary_in_fp32` (Cohere, OLMo) in float32 with the tables as given, cast back."""
@@ -270,7 +294,8 @@ class Attention(AttentionBuffers, nn.Module):
     ) -> Float[torch.Tensor, "batch head pos d_value"]:
         mask, is_causal = self._sdpa_mask(state)
         if self.alibi_slopes is not None:  # the bias rides in a float mask, -inf where masked
-            mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype), False
+            mpt = self.cfg.alibi_bias_max is not None
+            mask, is_causal = alibi_sdpa_mask(state, self.alibi_slopes, self.window, q.dtype, mpt), False
         batch, n_queries, n_heads, d_head = q.shape
         kv_heads = k.shape[2]
         grouped_kv = kv_heads != n_heads and self.alibi_slopes is None
@@ -312,13 +337,15 @@ class Attention(AttentionBuffers, nn.Module):
         """
         if self.cfg.attn_scores_in_fp32:
             q, k = q.float(), k.float()
-        if self.alibi_slopes is not None and not self.cfg.alibi_before_attn_scale:
+        if self.alibi_slopes is not None and not self.alibi_added:
             scores = self._alibi_scores(q, k, state)
         else:
             scores = torch.matmul(q, k.transpose(-1, -2))  # [batch, head, q_pos, k_pos]
             scores = scores / self.divisor if self.cfg.attn_scale_divides else scores * self.scale
-        if self.alibi_slopes is not None and self.cfg.alibi_before_attn_scale:
-            scores = scores + alibi_bias(state, self.alibi_slopes, scores.dtype)  # [batch, head, 1, k_pos] bias
+        if self.alibi_slopes is not None and self.alibi_added:  # Falcon (slopes pre-scaled), MPT (float32 bias)
+            mpt = self.cfg.alibi_bias_max is not None
+            bias = alibi_bias(state, self.alibi_slopes, scores.dtype, from_last_key=mpt)  # [batch or 1, head, 1, k_pos]
+            scores = scores + bias
         if self.cfg.attn_scores_soft_cap > 0:
             cap = self.cfg.attn_scores_soft_cap
             scores = cap * torch.tanh(scores / cap)

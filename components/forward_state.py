@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 
 
 @dataclass
@@ -34,6 +34,10 @@ class ForwardState:
         step_index: with a static KV cache, `step` as a 0-d device tensor, for hooks that
             run inside a compiled decode step (where `step` is None: a Python int there
             would be baked into the graph).
+        per_layer_inputs: Gemma 3n/4's per-layer inputs `[batch, pos, n_layers, d_per_layer_input]`
+            of this call (`per_layer_embed`), which block l reads at index l.
+        shared_kv: the keys and values `[batch, n_keys, kv_head, d_head]` each layer lends to later
+            layers this call (`cfg.kv_shared_from`), by lending layer.
         key_blocks: `[batch, n_keys]` ids of bidirectional blocks, -1 elsewhere: a causal query
             also sees every key of its own block (Gemma 3's images); a bidirectional query sees
             only its own block's keys (Qwen2.5-VL's vision windows); None: no blocks.
@@ -52,6 +56,8 @@ class ForwardState:
     tokens: Int[torch.Tensor, "batch n_queries"] | None = None
     query_columns: Int[torch.Tensor, "n_queries"] | None = None
     step_index: Int[torch.Tensor, ""] | None = None
+    per_layer_inputs: Float[torch.Tensor, "batch n_queries n_layers d_per_layer"] | None = None
+    shared_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     key_blocks: Int[torch.Tensor, "batch n_keys"] | None = None
     rotary_tables: tuple[torch.Tensor, torch.Tensor] | None = None
     _memo: dict = field(default_factory=dict, repr=False)
@@ -97,6 +103,7 @@ class ForwardState:
             tokens=move(self.tokens),
             query_columns=move(self.query_columns),
             step_index=move(self.step_index),
+            per_layer_inputs=move(self.per_layer_inputs),
             key_blocks=move(self.key_blocks),
             rotary_tables=None
             if self.rotary_tables is None

@@ -61,6 +61,7 @@ class HybridBlock(TransformerBlock):
 
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         nn.Module.__init__(self)  # builds only the sublayers its layer type has (TransformerBlock builds both)
+        cfg = cfg.layer_config(layer)  # the model's config, or a view with this layer's shapes
         self.cfg, self.layer = cfg, layer
         self.kind = cfg.mixer_types[layer]
         if self.kind == "attention":

@@ -16,7 +16,7 @@ latent into each head's keys and values when it attends. Per head, with `r = kv_
 Rotary positions rotate the last `rotary_dim` dims of q and k (`q_rope` and the shared
 `k_r`: hook_rot_q, hook_rot_k, hook_rot_k_rope), then attention is `Attention`'s, with
 `d_head = d_nope + rotary_dim` for scores and `d_value` for values, `z` and `W_O`.
-The KV cache stores `c_kv` and the rotated `k_r` (`cfg.kv_cache_entry_shape`): each step
+The KV cache stores `c_kv` and the rotated `k_r` (`cfg.kv_cache_entry_shape(layer)`): each step
 up-projects the whole cached latent again, as HF does. So `hook_k`, `hook_v`, ... fire on
 the new positions only (as in ordinary attention), but an edit of them lasts for the
 forward that computes it; an edit of `hook_kv_latent` or `hook_rot_k_rope` is cached.
@@ -197,7 +197,7 @@ class MultiHeadLatentAttention(Attention):
             )
         if state is None:
             state = ForwardState.for_input(x.shape[0], x.shape[1], x.device, attention_mask, True)
-        cos, sin = self._tables(state, x.dtype)
+        cos, sin = self._rotary_tables(state, x.dtype)
         q_latent = self._query_latent(x)
         query = self._queries(q_latent if q_latent is not None else x, cos, sin)  # [batch, head, pos, d_head]
         latent, k_rope, rot_k_rope = self._compress(x, cos, sin)  # [batch, pos, r], 2 x [batch, pos, rotary_dim]
@@ -209,12 +209,6 @@ class MultiHeadLatentAttention(Attention):
 
     def _before_attention(self, x, q_latent, cos, sin, state: ForwardState) -> None:
         """Sparse attention selects its keys here (`components/dsa.py`)."""
-
-    def _tables(self, state: ForwardState, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        table_dtype = torch.float32 if self.cfg.rotary_tables_in_fp32 else dtype
-        if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
-            return self._stored_cos_sin(state, table_dtype)
-        return state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
 
     def _rotate_rope(self, x: torch.Tensor, cos, sin) -> torch.Tensor:
         """Rotate `[..., head, rotary_dim]`: DeepSeek-V3's interleaved pairs, or `Attention`'s pairing."""

@@ -30,11 +30,10 @@ def linear(
 class MLP(nn.Module):
     """Dense MLP: `hook_pre = x W_in + b_in`, `hook_post = act(pre)`, out `post W_out + b_out`."""
 
-    def __init__(self, cfg: HookedTransformerConfig | dict, d_mlp: int | None = None):
-        """`d_mlp` overrides `cfg.d_mlp` (the dense layers of a mixture-of-experts model: `cfg.dense_d_mlp`)."""
+    def __init__(self, cfg: HookedTransformerConfig | dict):
         super().__init__()
         cfg = HookedTransformerConfig.unwrap(cfg)
-        d, dm, dt = cfg.d_model, d_mlp or require_set(cfg.d_mlp, "d_mlp"), cfg.dtype
+        d, dm, dt = cfg.d_model, require_set(cfg.d_mlp, "d_mlp"), cfg.dtype
         self.W_in = nn.Parameter(torch.empty(d, dm, dtype=dt))
         self.b_in = nn.Parameter(torch.zeros(dm, dtype=dt))
         self.W_out = nn.Parameter(torch.empty(dm, d, dtype=dt))
@@ -67,10 +66,10 @@ class GatedMLP(MLP):
     `hook_pre` is the gate before the activation and `hook_pre_linear` the linear branch.
     """
 
-    def __init__(self, cfg: HookedTransformerConfig | dict, d_mlp: int | None = None):
+    def __init__(self, cfg: HookedTransformerConfig | dict):
         cfg = HookedTransformerConfig.unwrap(cfg)
-        super().__init__(cfg, d_mlp)
-        d_mlp = d_mlp or require_set(cfg.d_mlp, "d_mlp")
+        super().__init__(cfg)
+        d_mlp = require_set(cfg.d_mlp, "d_mlp")
         self.W_gate = nn.Parameter(torch.empty(cfg.d_model, d_mlp, dtype=cfg.dtype))
         self.b_gate = nn.Parameter(torch.zeros(d_mlp, dtype=cfg.dtype))
         self.hook_pre_linear = HookPoint()  # [batch, pos, d_mlp]

@@ -34,9 +34,18 @@ class PostNormBlock(TransformerBlock):
 
 
 def block_class(cfg) -> type[TransformerBlock]:
-    """The block of every layer: post-norm (OLMo-2/3), hybrid (a token mixer per `layer_types`), or pre-norm."""
+    """The block class of a config: hybrid (a token mixer per `layer_types`), Gemma 3n's (AltUp), Gemma 4's,
+    post-norm (OLMo-2/3) or the plain pre-norm one."""
     if cfg.layer_types is not None:
         from hooked.components.hybrid_block import HybridBlock
 
         return HybridBlock
+    if cfg.uses_altup:
+        from hooked.components.gemma3n_block import Gemma3nBlock
+
+        return Gemma3nBlock
+    if cfg.d_per_layer_input or cfg.layer_scalar:
+        from hooked.components.gemma4_block import Gemma4Block
+
+        return Gemma4Block
     return PostNormBlock if cfg.post_sublayer_norm else TransformerBlock

@@ -4,7 +4,10 @@ Two pairings exist: NeoX's half split (dimension i pairs with i + rotary_dim/2) 
 GPT-J's adjacent pairs (2i with 2i+1). Only the first `rotary_dim` dimensions rotate.
 HuggingFace's `rope_scaling` variants reshape the frequencies: `linear`, `llama3` and
 `yarn` once, at construction; `dynamic` (NTK) and `longrope` per call, from the total
-sequence length. YaRN and LongRoPE also scale cos and sin by an attention factor.
+sequence length. YaRN and LongRoPE also scale cos and sin by an attention factor. Gemma 4's
+`proportional` rotates only the first `partial_rotary_factor` of the frequency pairs of the
+whole head (pair i with i + d_head/2, frequency `base^(-2i/d_head)`) and leaves the rest
+unrotated (frequency 0): a partial rotary spread over the head, not its first dims.
 """
 
 from __future__ import annotations
@@ -55,12 +58,15 @@ def rotary_inv_freq(
         return _llama3_inv_freq(inv_freq, s)
     if kind == "yarn":
         return _yarn_inv_freq(rotary_dim, base, s)
+    if kind == "proportional":
+        return _proportional_inv_freq(rotary_dim, base, s)
     if kind == "longrope":
         use_long = seq_len is not None and seq_len > s["original_max_position_embeddings"]
         factors = torch.tensor(s["long_factor" if use_long else "short_factor"], dtype=torch.float32)
         return 1.0 / (factors * base**exponents)
     raise NotImplementedError(
-        f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope)"
+        f"rope_scaling type {kind!r} is not supported (supported: linear, llama3, yarn, dynamic, longrope, "
+        "proportional)"
     )
 
 
@@ -149,6 +155,14 @@ def _yarn_inv_freq(dim: int, base: float, s: dict) -> torch.Tensor:
     pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
     extrapolation = 1 - ramp
     return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+
+
+def _proportional_inv_freq(dim: int, base: float, s: dict) -> torch.Tensor:
+    """Gemma 4: the first `int(partial_rotary_factor * dim // 2)` frequencies of a `dim`-wide rotary, zeros after."""
+    rotated = int(s.get("partial_rotary_factor", 1.0) * dim // 2)
+    exponents = torch.arange(0, 2 * rotated, 2, dtype=torch.int64).float() / dim  # [rotated]
+    inv_freq = torch.cat([1.0 / (base**exponents), torch.zeros(dim // 2 - rotated)])  # [dim / 2]
+    return inv_freq / s.get("factor", 1.0)
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:

@@ -10,6 +10,7 @@ from hooked.components.attention import Attention, GroupedQueryAttention
 from hooked.components.dsa import SparseLatentAttention
 from hooked.components.forward_state import ForwardState
 from hooked.components.gated_attention import gated_attention_class
+from hooked.components.kv_sharing import SharedKVAttention
 from hooked.components.mla import MultiHeadLatentAttention
 from hooked.components.mlp import MLP, GatedMLP
 from hooked.components.moe_routing import make_moe
@@ -31,6 +32,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, cfg: HookedTransformerConfig, layer: int):
         super().__init__()
+        cfg = cfg.layer_config(layer)  # the model's config, or a view with this layer's shapes (Gemma 3n/4)
         self.cfg, self.layer = cfg, layer
         self._init_attention(cfg, layer)
         if not cfg.attn_only:
@@ -40,7 +42,7 @@ class TransformerBlock(nn.Module):
     def _init_attention(self, cfg: HookedTransformerConfig, layer: int) -> None:
         """`ln1`, the attention and its block-level hooks (`hook_resid_pre` ... `hook_attn_out`)."""
         self.ln1 = make_norm(cfg)
-        self.attn = attention_class(cfg)(cfg, layer)
+        self.attn = attention_class(cfg, layer)(cfg, layer)
         if cfg.use_normalization_before_and_after:  # post-sublayer norms keep their gain after fold_ln
             self.ln1_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
         self.hook_resid_pre = HookPoint()  # [batch, pos, d_model]
@@ -55,9 +57,7 @@ class TransformerBlock(nn.Module):
         self.ln2 = make_norm(cfg)
         if cfg.is_moe_layer(self.layer):
             self.mlp = make_moe(cfg)
-        elif cfg.uses_moe:  # a dense layer of a mixture-of-experts model (DeepSeek's, LFM2-MoE's first layers)
-            self.mlp = GatedMLP(cfg, cfg.dense_d_mlp)
-        else:
+        else:  # DeepSeek's, LFM2-MoE's first layers too: dense, as wide as the layer's config says (`layer_d_mlp`)
             self.mlp = GatedMLP(cfg) if cfg.gated_mlp else MLP(cfg)
         if cfg.use_normalization_before_and_after:
             self.ln2_post = make_norm(cfg, _POST_NORM.get(cfg.normalization_type or ""))
@@ -90,7 +90,7 @@ class TransformerBlock(nn.Module):
                 return self.hook_resid_post(attn_out + self._mlp(resid_pre) + resid_pre)
             return self.hook_resid_post(resid_pre + attn_out + self._mlp(resid_pre))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)
-        return self.hook_resid_post(resid_mid + self._mlp(resid_mid))
+        return self.hook_resid_post(self._finish(resid_mid + self._mlp(resid_mid), state))
 
     def _attention(self, resid, state, shortformer_pos_embed) -> Float[torch.Tensor, "batch pos d_model"]:
         cfg = self.cfg
@@ -117,6 +117,10 @@ class TransformerBlock(nn.Module):
             mlp_in = self.hook_mlp_in(mlp_in.clone())
         return self.hook_mlp_out(self._norm_mlp_out(self.mlp(self._norm_mlp_in(mlp_in))))
 
+    def _finish(self, resid: Float[torch.Tensor, "batch pos d_model"], state: ForwardState) -> torch.Tensor:
+        """What a sequential block does to its stream after the MLP: nothing here (Gemma 4: `Gemma4Block`)."""
+        return resid
+
     # Where the norms sit; `PostNormBlock` (OLMo-2/3) moves ln1/ln2 to the sublayer outputs.
     def _norm_attn_in(self, x: torch.Tensor) -> torch.Tensor:
         return self.ln1(x)
@@ -131,9 +135,12 @@ class TransformerBlock(nn.Module):
         return self.ln2_post(out) if self.cfg.use_normalization_before_and_after else out
 
 
-def attention_class(cfg: HookedTransformerConfig) -> type[Attention]:
-    """The attention of a block: latent (MLA), sparse latent (DSA), output-gated (Qwen3-Next), grouped-query or
-    multi-head."""
+def attention_class(cfg: HookedTransformerConfig, layer: int) -> type[Attention]:
+    """The attention of block `layer` (`cfg` its `layer_config`): queries only, attending to an earlier layer's keys
+    and values (KV sharing, Gemma 3n/4); sparse latent (DSA); latent (MLA); output-gated (Qwen3-Next);
+    grouped-query; or multi-head."""
+    if cfg.kv_source(layer) is not None:
+        return SharedKVAttention
     if cfg.uses_sparse_attention:
         return SparseLatentAttention
     if cfg.uses_mla:

@@ -28,7 +28,10 @@ XIELU_KEYS = ("alpha_p", "alpha_n", "beta", "eps")
 
 def convert_apertus_config(hf: Any) -> dict:
     return dict(
-        llama_shaped_config(hf, "ApertusForCausalLM"), gated_mlp=False, use_qk_norm=True, default_prepend_bos=True
+        llama_shaped_config(hf, "ApertusForCausalLM", extra_activations=("xielu",)),
+        gated_mlp=False,
+        use_qk_norm=True,
+        default_prepend_bos=True,
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 
 from hooked.loading.common import ACT_FN_NAMES, act_fn_name, strip_prefix  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_model_class_architecture
 
@@ -23,16 +24,13 @@ BERT_CLASSES = ("BertForMaskedLM", "BertForPreTraining", "BertForNextSentencePre
 
 def convert_bert_config(hf) -> dict:
     """HF `BertConfig` -> `HookedTransformerConfig` fields (absolute positions only)."""
-    position_type = getattr(hf, "position_embedding_type", "absolute") or "absolute"
-    if position_type != "absolute":
-        raise NotImplementedError(
-            f"BERT with position_embedding_type={position_type!r} is not supported: only 'absolute' positions are."
-        )
-    if getattr(hf, "is_decoder", False):
-        raise NotImplementedError("A BERT configured as a decoder (is_decoder=True) is not supported by HookedEncoder")
+    require_supported(hf, "BERT", "position_embedding_type", ("absolute", None), default="absolute")
+    require_supported(  # a causal BERT, not an encoder
+        hf, "BERT", "is_decoder", (False,), default=False, describe="HookedEncoder is bidirectional: False"
+    )
     return encoder_config(
         hf, hf.hidden_size, hf.num_attention_heads, hf.intermediate_size, hf.num_hidden_layers, hf.layer_norm_eps,
-        act_fn_name(hf.hidden_act), "BertForMaskedLM",
+        require_activation(hf, "hidden_act"), "BertForMaskedLM",
     )  # fmt: skip
 
 

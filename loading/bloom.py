@@ -19,17 +19,16 @@ from typing import Any
 import torch
 
 from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.config_checks import require_supported
 from hooked.loading.fused_qkv import split_qkv_interleaved
 from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed
 from hooked.loading.registry import register_architecture
 
 
 def convert_bloom_config(hf: Any) -> dict:
-    if hf.apply_residual_connection_post_layernorm:
-        raise NotImplementedError(
-            "Bloom with apply_residual_connection_post_layernorm=True (the residual taken after the norm) "
-            "is not supported; released Bloom checkpoints use False."
-        )
+    require_supported(  # True takes the residual after the norm; released checkpoints use False
+        hf, "Bloom", "apply_residual_connection_post_layernorm", (False,)
+    )
     return dict(
         d_model=hf.hidden_size,
         d_head=hf.hidden_size // hf.n_head,

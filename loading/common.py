@@ -7,6 +7,8 @@ from collections.abc import Mapping
 import torch
 from jaxtyping import Float
 
+from hooked.loading.config_checks import ROPE_TYPES, family_of, require_rope_types
+
 # HF `hidden_act` / `activation_function` names -> `cfg.act_fn`.
 ACT_FN_NAMES = {"swish": "silu", "gelu_pytorch_tanh": "gelu_pytorch_tanh", "gelu_new": "gelu_new"}
 
@@ -68,6 +70,7 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | Non
     Per-layer-type parameters (`{"sliding_attention": {...}, "full_attention": {...}}`,
     Gemma 3, OLMo 3) are read for `layer_type`; see `per_layer_type_rope`.
     """
+    require_rope_types(hf, family_of(hf), ROPE_TYPES, layer_type)  # refuse a kind components/rotary.py lacks
     params = getattr(hf, "rope_parameters", None)
     if params is None:  # transformers 4.x
         params = getattr(hf, "rope_scaling", None)
@@ -82,7 +85,8 @@ def hf_rope_parameters(hf, default_theta: float = 10000.0, layer_type: str | Non
     kind = params.get("rope_type") or params.get("type") or "default"
     if kind == "default":
         return float(theta), None
-    scaling = {k: v for k, v in params.items() if k not in (*_ROPE_OWN_FIELDS, "type")}
+    own = ("rope_theta", "type") if kind == "proportional" else (*_ROPE_OWN_FIELDS, "type")  # its fraction shapes
+    scaling = {k: v for k, v in params.items() if k not in own}  # the frequencies, not rotary_dim (Gemma 4)
     scaling["rope_type"] = kind
     if kind == "llama3":
         scaling.setdefault("original_max_position_embeddings", hf.max_position_embeddings)

@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from hooked.loading.common import (
-    act_fn_name,
     bias_or_zeros,
     heads_in,
     heads_out,
@@ -42,7 +41,7 @@ from hooked.loading.common import (
     strip_prefix,
     unembed_weights,
 )
-from hooked.loading.config_checks import refuse, require_rope_types, require_supported
+from hooked.loading.config_checks import refuse, require_activation, require_rope_types, require_supported
 from hooked.loading.llama import gated_mlp_weights
 from hooked.loading.moe import QWEN_EXPERT_NAMES, expert_weights
 from hooked.loading.registry import register_architecture
@@ -64,10 +63,11 @@ def mla_config(hf: Any, family: str) -> dict:
         )
     d_head = hf.qk_nope_head_dim + hf.qk_rope_head_dim
     base, scaling = hf_rope_parameters(hf)
+    act = require_activation(hf, "hidden_act", family)
     return dict(
         d_model=hf.hidden_size, d_head=d_head, d_head_v=hf.v_head_dim, n_heads=hf.num_attention_heads,
         n_layers=hf.num_hidden_layers, n_ctx=hf.max_position_embeddings, d_vocab=hf.vocab_size,
-        act_fn=act_fn_name(hf.hidden_act), gated_mlp=True, eps=hf.rms_norm_eps, normalization_type="RMS",
+        act_fn=act, gated_mlp=True, eps=hf.rms_norm_eps, normalization_type="RMS",
         positional_embedding_type="rotary", rotary_dim=hf.qk_rope_head_dim, rotary_base=base, rotary_scaling=scaling,
         kv_lora_rank=hf.kv_lora_rank, q_lora_rank=hf.q_lora_rank, attn_scale=1.0 / mla_softmax_scale(hf, d_head),
         default_prepend_bos=True,
@@ -89,6 +89,8 @@ def mla_softmax_scale(hf: Any, d_head: int) -> float:
 def routed_experts_config(hf: Any, dense_layers: list[int]) -> dict:
     """Expert, shared-expert and dense-layer fields of DeepSeek-shaped mixtures of experts (DeepSeek, GLM)."""
     n_shared = getattr(hf, "n_shared_experts", 0) or 0
+    dense, expert = hf.intermediate_size, hf.moe_intermediate_size
+    widths = [dense if i in dense_layers else expert for i in range(hf.num_hidden_layers)]  # each layer's MLP width
     return dict(
         d_mlp=hf.moe_intermediate_size,
         num_experts=hf.n_routed_experts,
@@ -97,7 +99,7 @@ def routed_experts_config(hf: Any, dense_layers: list[int]) -> dict:
         shared_expert_d_mlp=hf.moe_intermediate_size * n_shared or None,
         shared_expert_gate=False,
         dense_mlp_layers=dense_layers or None,
-        dense_d_mlp=hf.intermediate_size,
+        layer_d_mlp=widths if dense_layers else None,
         router_in_fp32=True,
         moe_mix_in_fp32=True,  # the float32 routing weights multiply the experts' outputs, cast after the sum
     )
@@ -174,7 +176,7 @@ def mla_weights(hf: Mapping[str, torch.Tensor], p: str, cfg) -> dict[str, torch.
 def deepseek_mlp_weights(hf: Mapping[str, torch.Tensor], p: str, layer: int, cfg) -> dict[str, torch.Tensor]:
     """A dense SwiGLU layer, or the router (+ correction bias), routed experts and shared experts under `p`."""
     if not cfg.is_moe_layer(layer):
-        return gated_mlp_weights(hf, p, cfg.replace(d_mlp=cfg.dense_d_mlp))
+        return gated_mlp_weights(hf, p, cfg.layer_config(layer))
     out = {"mlp." + k: v for k, v in expert_weights(hf, p, cfg, QWEN_EXPERT_NAMES).items()}
     if cfg.router_scoring == "sigmoid":
         out["mlp.e_score_correction_bias"] = hf[p + "gate.e_score_correction_bias"]  # [num_experts]

@@ -12,6 +12,7 @@ import torch
 
 from hooked.loading.bert import encoder_config
 from hooked.loading.common import ACT_FN_NAMES, act_fn_name, strip_prefix  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_model_class_architecture
 
@@ -20,7 +21,7 @@ EPS = 1e-12  # hard-coded in HF's DistilBERT
 
 
 def convert_distilbert_config(hf) -> dict:
-    act = act_fn_name(hf.activation)
+    act = require_activation(hf, "activation")
     return encoder_config(hf, hf.dim, hf.n_heads, hf.hidden_dim, hf.n_layers, EPS, act, "DistilBertForMaskedLM")
 
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights
+from hooked.loading.common import ACT_FN_NAMES, hf_rope_parameters, strip_prefix, unembed_weights  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation
 from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed, shared_layer_norm
 from hooked.loading.registry import register_architecture
 
@@ -54,7 +55,7 @@ def convert_falcon_config(hf: Any) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.ffn_hidden_size,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.activation, hf.activation),
+        act_fn=require_activation(hf, "activation"),
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
         positional_embedding_type="alibi" if hf.alibi else "rotary",

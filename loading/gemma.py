@@ -36,13 +36,14 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import (
+from hooked.loading.common import (  # noqa: F401  (ACT_FN_NAMES: importable from here before)
     ACT_FN_NAMES,
     hf_rope_parameters,
     per_layer_type_rope,
     strip_prefix,
     unembed_weights,
 )
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.llama import attention_weights, gated_mlp_weights, local_attention
 from hooked.loading.registry import register_architecture
 
@@ -53,9 +54,13 @@ logger = logging.getLogger(__name__)
 
 def gemma_config(hf: Any, architecture: str) -> dict:
     """Fields shared by every Gemma generation."""
-    if getattr(hf, "use_bidirectional_attention", False):
-        raise NotImplementedError("Bidirectional Gemma (EmbeddingGemma) is an encoder; only causal LMs are supported")
-    act = getattr(hf, "hidden_activation", None) or hf.hidden_act
+    require_supported(  # EmbeddingGemma: an encoder
+        hf,
+        "Gemma",
+        "use_bidirectional_attention",
+        (None, False),
+        describe="causal attention only: Bidirectional Gemma (EmbeddingGemma) is an encoder",
+    )
     return dict(
         d_model=hf.hidden_size,
         d_head=hf.head_dim,
@@ -65,7 +70,7 @@ def gemma_config(hf: Any, architecture: str) -> dict:
         n_layers=hf.num_hidden_layers,
         n_ctx=hf.max_position_embeddings,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(act, act),
+        act_fn=require_activation(hf, "hidden_activation" if getattr(hf, "hidden_activation", None) else "hidden_act"),
         gated_mlp=True,
         eps=hf.rms_norm_eps,
         normalization_type="RMS",

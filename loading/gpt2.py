@@ -9,12 +9,12 @@ from collections.abc import Mapping
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation
 from hooked.loading.registry import register_architecture
 
 
 def convert_gpt2_config(hf) -> dict:
-    act = ACT_FN_NAMES.get(hf.activation_function, hf.activation_function)
     return dict(
         d_model=hf.n_embd,
         d_head=hf.n_embd // hf.n_head,
@@ -23,7 +23,7 @@ def convert_gpt2_config(hf) -> dict:
         n_ctx=hf.n_positions,
         d_mlp=hf.n_inner or 4 * hf.n_embd,
         d_vocab=hf.vocab_size,
-        act_fn=act,
+        act_fn=require_activation(hf, "activation_function"),
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
         positional_embedding_type="standard",

@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_architecture
 
@@ -32,7 +33,7 @@ def convert_gpt_neo_config(hf: Any) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.intermediate_size or 4 * hf.hidden_size,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.activation_function, hf.activation_function),
+        act_fn=require_activation(hf, "activation_function"),
         eps=hf.layer_norm_epsilon,
         normalization_type="LN",
         positional_embedding_type="standard",

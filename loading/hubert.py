@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import torch
 
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.registry import register_model_class_architecture
 
 HUBERT_CLASSES = ("HubertModel",)
@@ -31,8 +32,9 @@ FRONTEND_FIELDS = (
 
 
 def convert_hubert_config(hf) -> dict:
-    if getattr(hf, "conv_pos_batch_norm", False):
-        raise NotImplementedError("A positional convolution with batch norm (conv_pos_batch_norm) is not supported")
+    require_supported(hf, "Hubert", "conv_pos_batch_norm", (False,), default=False)  # a batch-normed conv
+    require_activation(hf, "feat_extract_activation")  # the convolutional front end's
+    require_supported(hf, "Hubert", "feat_extract_norm", ("group", "layer"))
     return dict(
         d_model=hf.hidden_size,
         d_head=hf.hidden_size // hf.num_attention_heads,
@@ -40,7 +42,7 @@ def convert_hubert_config(hf) -> dict:
         d_mlp=hf.intermediate_size,
         n_layers=hf.num_hidden_layers,
         n_ctx=1 << 20,  # no learned positions: any number of frames
-        act_fn=hf.hidden_act,
+        act_fn=require_activation(hf, "hidden_act"),
         eps=hf.layer_norm_eps,
         normalization_type="LN",
         attention_dir="bidirectional",

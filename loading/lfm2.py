@@ -48,7 +48,13 @@ def lfm2_mlp_width(hf: Any, width: int) -> int:
 
 def lfm2_config(hf: Any, architecture: str) -> dict:
     require_rope_types(hf, architecture, ("default",))
-    require_supported(hf, architecture, "layer_types", lambda v: set(v) <= set(LAYER_TYPES), describe=str(LAYER_TYPES))
+    require_supported(
+        hf,
+        architecture,
+        "layer_types",
+        lambda v: v is not None and set(v) <= set(LAYER_TYPES),
+        describe=str(LAYER_TYPES),
+    )
     base, _ = hf_rope_parameters(hf)
     d_head = hf.hidden_size // hf.num_attention_heads
     return dict(
@@ -139,6 +145,7 @@ def make_lfm2_weights(mlp_weights):
 
 def convert_lfm2_moe_config(hf: Any) -> dict:
     dense = list(range(hf.num_dense_layers))
+    widths = [hf.intermediate_size if i in dense else hf.moe_intermediate_size for i in range(hf.num_hidden_layers)]
     return dict(
         lfm2_config(hf, "Lfm2MoeForCausalLM"),
         d_mlp=hf.moe_intermediate_size,
@@ -149,7 +156,7 @@ def convert_lfm2_moe_config(hf: Any) -> dict:
         router_norm_eps=1e-6,  # HF's Lfm2MoeTopKRouter (DeepSeek's adds 1e-20)
         routed_scaling_factor=float(hf.routed_scaling_factor),
         dense_mlp_layers=dense or None,
-        dense_d_mlp=hf.intermediate_size,
+        layer_d_mlp=widths if dense else None,  # the dense layers' width; an expert's is d_mlp
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import (
+from hooked.loading.common import (  # noqa: F401  (ACT_FN_NAMES: importable from here before)
     ACT_FN_NAMES,
     bias_or_zeros,
     heads_in,
@@ -45,13 +45,15 @@ from hooked.loading.common import (
     strip_prefix,
     unembed_weights,
 )
+from hooked.loading.config_checks import require_activation
 from hooked.loading.registry import register_architecture
 
 # -- config -----------------------------------------------------------------------------
 
 
-def llama_shaped_config(hf: Any, architecture: str) -> dict:
-    """The `HookedTransformerConfig` fields common to every LLaMA-shaped family."""
+def llama_shaped_config(hf: Any, architecture: str, extra_activations: tuple[str, ...] = ()) -> dict:
+    """The `HookedTransformerConfig` fields common to every LLaMA-shaped family (`extra_activations`: the activations
+    beyond the common ones that the caller loads, as Apertus's trainable `xielu`)."""
     d_head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     return dict(
         d_model=hf.hidden_size,
@@ -62,7 +64,7 @@ def llama_shaped_config(hf: Any, architecture: str) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.intermediate_size,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
+        act_fn=require_activation(hf, "hidden_act", extra=extra_activations),
         gated_mlp=True,
         eps=getattr(hf, "rms_norm_eps", 1e-5),  # OLMo-1 has no norm eps (its LayerNorm uses 1e-5)
         normalization_type="RMS",

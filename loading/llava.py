@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import act_fn_name, bias_or_zeros
-from hooked.loading.config_checks import require_supported
+from hooked.loading.common import bias_or_zeros
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.registry import register_architecture
 from hooked.loading.vision_towers import (
     first_prefix,
@@ -48,7 +48,7 @@ def _llava_config(hf: Any, architecture: str) -> dict:
         image_token_id=hf.image_token_id,
         drop_class_token=hf.vision_feature_select_strategy == "default",
         projector="mlp",
-        projector_act=act_fn_name(hf.projector_hidden_act),
+        projector_act=require_activation(hf, "projector_hidden_act", architecture),
         extra=dict(text_architecture=text_class),
     )
     return dict(fields, original_architecture=architecture, vision_language=vision)

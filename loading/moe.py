@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.config_checks import family_of, refuse
 from hooked.loading.llama import attention_weights, llama_shaped_config, local_attention, qwen_local_layers
 from hooked.loading.registry import register_architecture
 
@@ -36,9 +37,13 @@ def _check_all_layers_sparse(hf: Any) -> None:
     step = getattr(hf, "decoder_sparse_step", 1)
     dense += [layer for layer in range(hf.num_hidden_layers) if (layer + 1) % step]
     if dense:
-        raise NotImplementedError(
-            f"{type(hf).__name__}: layers {sorted(set(dense))} have a dense MLP (mlp_only_layers / "
-            "decoder_sparse_step); only models whose every layer is a mixture of experts are supported"
+        field = "mlp_only_layers" if getattr(hf, "mlp_only_layers", None) else "decoder_sparse_step"
+        refuse(
+            family_of(hf),
+            field,
+            getattr(hf, field),
+            f"layers {sorted(set(dense))} would have a dense MLP; only "
+            "models whose every layer is a mixture of experts are supported",
         )
 
 

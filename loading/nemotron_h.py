@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import act_fn_name, strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_supported
+from hooked.loading.common import strip_prefix, unembed_weights
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.llama import attention_weights
 from hooked.loading.mamba import mamba2_mixer_weights
 from hooked.loading.parts import dense_mlp
@@ -39,6 +39,7 @@ def convert_nemotron_h_config(hf: Any) -> dict:
     )
     require_supported(hf, family, "sliding_window", (None,))
     require_supported(hf, family, "mamba_hidden_act", ("silu",))
+    act_fn = require_activation(hf, "mlp_hidden_act", family, extra=("relu2",))  # relu2: HF's squared ReLU
     return dict(
         d_model=hf.hidden_size,
         d_head=hf.head_dim,
@@ -48,7 +49,7 @@ def convert_nemotron_h_config(hf: Any) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.intermediate_size,
         d_vocab=hf.vocab_size,
-        act_fn=act_fn_name(hf.mlp_hidden_act),
+        act_fn=act_fn,
         eps=hf.layer_norm_epsilon,
         normalization_type="RMS",
         norm_gain_in_fp32=True,  # (w * x32).to(dtype), as HF's NemotronHRMSNorm

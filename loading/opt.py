@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights
+from hooked.loading.common import ACT_FN_NAMES, strip_prefix, unembed_weights  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import register_architecture
 
@@ -25,13 +26,16 @@ POSITION_OFFSET = 2
 
 
 def convert_opt_config(hf: Any) -> dict:
-    projected = (hf.word_embed_proj_dim or hf.hidden_size) != hf.hidden_size
-    if not hf.do_layer_norm_before or projected or getattr(hf, "_remove_final_layer_norm", False):
-        raise NotImplementedError(
-            "This OPT checkpoint is post-LayerNorm (do_layer_norm_before=False, e.g. facebook/opt-350m) or projects "
-            f"embeddings (word_embed_proj_dim={hf.word_embed_proj_dim} != hidden_size={hf.hidden_size}); hooked "
-            "supports only the pre-LayerNorm OPT sizes (opt-125m, opt-1.3b, opt-2.7b, ...). Use one of those."
-        )
+    pre_ln = "the pre-LayerNorm OPT sizes (opt-125m, opt-1.3b, ...); post-LayerNorm ones such as opt-350m are not"
+    require_supported(hf, "OPT", "do_layer_norm_before", (True,), describe=pre_ln)
+    require_supported(hf, "OPT", "_remove_final_layer_norm", (False,), default=False, describe=pre_ln)
+    require_supported(
+        hf,
+        "OPT",
+        "word_embed_proj_dim",
+        lambda dim: dim in (None, hf.hidden_size),
+        describe="hidden_size (no projection)",
+    )
     return dict(
         d_model=hf.hidden_size,
         d_head=hf.hidden_size // hf.num_attention_heads,
@@ -40,7 +44,7 @@ def convert_opt_config(hf: Any) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.ffn_dim,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.activation_function, hf.activation_function),
+        act_fn=require_activation(hf, "activation_function"),
         eps=1e-5,  # nn.LayerNorm's default: OPT configs have no eps field
         normalization_type="LN",
         positional_embedding_type="standard",

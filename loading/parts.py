@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import ACT_FN_NAMES, bias_or_zeros, heads_in, heads_out, hf_rope_parameters
+from hooked.loading.common import ACT_FN_NAMES, bias_or_zeros, heads_in, heads_out, hf_rope_parameters  # noqa: F401  (ACT_FN_NAMES: importable from here before)
+from hooked.loading.config_checks import require_activation
 
 
 def layer_norm(hf: Mapping[str, torch.Tensor], key: str, name: str, size: int) -> dict[str, torch.Tensor]:
@@ -97,7 +98,7 @@ def decoder_config(hf: Any, d_head: int) -> dict:
         n_ctx=hf.max_position_embeddings,
         d_mlp=hf.intermediate_size,
         d_vocab=hf.vocab_size,
-        act_fn=ACT_FN_NAMES.get(hf.hidden_act, hf.hidden_act),
+        act_fn=require_activation(hf, "hidden_act"),
     )
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from hooked.loading.common import act_fn_name, bias_or_zeros
-from hooked.loading.config_checks import require_rope_types
+from hooked.loading.common import bias_or_zeros
+from hooked.loading.config_checks import require_activation, require_rope_types
 from hooked.loading.llama import gated_mlp_weights
 from hooked.loading.parts import attention, prefixed
 from hooked.loading.registry import register_architecture
@@ -36,9 +36,10 @@ def convert_qwen2_5_vl_config(hf: Any) -> dict:
     v = hf.vision_config
     section = (hf.text_config.rope_parameters or {}).get("mrope_section")
     head = v.hidden_size // v.num_heads
+    act = require_activation(v, "hidden_act", FAMILY, path="vision_config.hidden_act")
     blocks = dict(
         d_model=v.hidden_size, d_head=head, n_heads=v.num_heads, n_layers=v.depth, n_ctx=1 << 16,
-        d_mlp=v.intermediate_size, act_fn=act_fn_name(v.hidden_act), gated_mlp=True, normalization_type="RMS",
+        d_mlp=v.intermediate_size, act_fn=act, gated_mlp=True, normalization_type="RMS",
         eps=1e-6, attention_dir="bidirectional", positional_embedding_type="rotary", rotary_dim=head,
         rotary_in_fp32=True, rotary_tables_in_fp32=True, original_architecture="Qwen2_5_VisionTransformer",
         init_weights=False,

@@ -19,14 +19,16 @@ import torch
 from hooked.loading.checkpoint import NamesFiles, ReadsMeta
 from hooked.loading.validation import convert_checked
 
-_LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)\.")
+#: a block's index: the number after a block list's name (`layers`, `h`, `blocks`, `block`, `layer`), so that
+#: other numbered lists (Gemma 3n's `altup_projections.0`, HuBERT's `conv_layers.0`) belong to no block
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|block|layer)\.(\d+)\.")
 
 #: A part: a block index, or None for everything outside the blocks (embeddings, final norm, unembedding).
 Part = int | None
 
 
 def source_part(key: str) -> Part:
-    """The block an HF checkpoint key belongs to: its first numeric path component (`model.layers.3.mlp...`)."""
+    """The block an HF checkpoint key belongs to: the first index of a block list (`model.layers.3.mlp...` -> 3)."""
     match = _LAYER_INDEX.search(key)
     return int(match.group(1)) if match else None
 

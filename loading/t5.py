@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hooked.loading.config_checks import HF_ACTIVATIONS, refuse, require_supported
 from hooked.loading.registry import register_model_class_architecture
 
 T5_CLASSES = ("T5ForConditionalGeneration",)
@@ -20,13 +21,19 @@ T5_CLASSES = ("T5ForConditionalGeneration",)
 def convert_t5_config(hf) -> dict:
     num_decoder_layers = getattr(hf, "num_decoder_layers", None) or hf.num_layers
     if num_decoder_layers != hf.num_layers:
-        raise NotImplementedError(
-            f"T5 with {hf.num_layers} encoder but {num_decoder_layers} decoder layers: HookedEncoderDecoder "
-            "(as TransformerLens) builds both stacks with n_layers; use a checkpoint with equal depths"
+        refuse(
+            "T5",
+            "num_decoder_layers",
+            num_decoder_layers,
+            f"as many decoder layers as encoder layers ({hf.num_layers}): "
+            "HookedEncoderDecoder, as TransformerLens, builds both stacks with n_layers",
         )
-    proj = hf.feed_forward_proj
+    proj = require_supported(
+        hf, "T5", "feed_forward_proj", lambda p: p.split("-")[-1] in HF_ACTIVATIONS,
+        describe=f"'<act>' or 'gated-<act>', <act> one of {', '.join(sorted(HF_ACTIVATIONS))}",
+    )  # fmt: skip
     gated = proj.startswith("gated-")
-    act = proj.split("-")[-1]
+    act = HF_ACTIVATIONS[proj.split("-")[-1]]
     if gated and act == "gelu":  # HF's T5 maps "gated-gelu" to the tanh approximation
         act = "gelu_new"
     return dict(
@@ -44,7 +51,7 @@ def convert_t5_config(hf) -> dict:
         positional_embedding_type="relative_positional_bias",
         relative_attention_num_buckets=hf.relative_attention_num_buckets,
         relative_attention_max_distance=hf.relative_attention_max_distance,
-        decoder_start_token_id=hf.decoder_start_token_id,
+        decoder_start_token_id=getattr(hf, "decoder_start_token_id", None),  # None: the pad token
         attention_dir="bidirectional",
         use_attn_scale=False,
         # TransformerLens's name for "rescale by d_model**-0.5 before the unembedding" (original T5, not v1.1);

@@ -23,9 +23,7 @@ from typing import Any
 
 import torch
 
-from hooked.core.config import ACT_FNS
-from hooked.loading.common import act_fn_name
-from hooked.loading.config_checks import refuse, require_supported
+from hooked.loading.config_checks import require_activation, require_supported
 from hooked.loading.parts import dense_mlp, layer_norm, prefixed, projections
 from hooked.loading.registry import get_architecture
 
@@ -77,9 +75,7 @@ def resolve_feature_layers(selected: int | Sequence[int], n_layers: int) -> tupl
 def vision_tower_config(hf_vision: Any, family: str, feature_layers: tuple[int, ...], post_norm: bool) -> dict:
     """`VisionLanguageConfig` fields of the ViT: its blocks (as a `HookedTransformerConfig` dict) and patching."""
     kind = require_supported(hf_vision, family, "model_type", tuple(VISION_TOWERS))
-    act = act_fn_name(hf_vision.hidden_act)
-    if act not in ACT_FNS:
-        refuse(family, "vision_config.hidden_act", hf_vision.hidden_act, f"supported: {', '.join(ACT_FNS)}")
+    act = require_activation(hf_vision, "hidden_act", family, path="vision_config.hidden_act")
     d_model, n_heads = hf_vision.hidden_size, hf_vision.num_attention_heads
     n_patches = (hf_vision.image_size // hf_vision.patch_size) ** 2
     n_blocks = max(feature_layers)  # hidden state i is block i's output (0: the embeddings)

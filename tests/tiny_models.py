@@ -10,7 +10,7 @@ norm gains 1 + N(0, 0.2²). (With N(0, 0.25²) everywhere the residual reaches |
 float32 rounding alone, with the same math done in a different order, exceeds 1e-5.)
 
 Sections: a corpus and tokenizers; GPT-2 and `hooked_from` (the hooked twin of any HF model);
-decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, mixtures of experts,
+decoder families by HF class prefix (`tiny_hf`), the LLaMA family, Gemma, Gemma 3n/4, mixtures of experts,
 latent attention and routed experts (DeepSeek, GLM, PhiMoE, GraniteMoE), the classic families
 (NeoX, GPT-J, OPT, BLOOM, ...); encoders (BERT, DistilBERT, T5, HuBERT); image-text models
 (LLaVA, LLaVA-NeXT, LLaVA-OneVision, Gemma 3, Qwen2.5-VL: `tiny_vlm`);
@@ -251,6 +251,87 @@ def gemma_layers(hf):
     return inner.layers
 
 
+# -- Gemma 3n and Gemma 4 (per-layer inputs, KV sharing; 3n's AltUp) ---------------------
+
+_PLE_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+#: 4 layers (sliding, global, sliding, global), the last 2 reusing the keys and values of the first 2
+#: (Gemma 3n: the first 3, the last reusing layer 0's: AltUp's 4 streams grow the residual, and with it
+#: float32 rounding, faster);
+#: head_dim 8 (global layers 16 in Gemma 4), window 4 < 12 positions, per-layer inputs of width 8
+_PLE_BASE = dict(
+    hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    vocab_size=VOCAB, hidden_size_per_layer_input=8, max_position_embeddings=64, sliding_window=4,
+    layer_types=_PLE_LAYER_TYPES, num_kv_shared_layers=2, final_logit_softcapping=3.0,
+    pad_token_id=0, bos_token_id=2, eos_token_id=GEMMA_EOS,
+)  # fmt: skip
+_GEMMA4 = dict(_PLE_BASE, intermediate_size=64, global_head_dim=16, vocab_size_per_layer_input=VOCAB)
+#: name -> (HF family, config overrides)
+GEMMA_PLE_CONFIGS = {
+    # global layers 16 wide with proportional rotary on a quarter of their frequencies
+    "gemma4_kv_shared_ple": ("gemma4", _GEMMA4),
+    # global layers: one K/V head whose values are its keys' projection; double-wide MLPs on the sharing layers
+    "gemma4_k_eq_v_double_wide": (
+        "gemma4",
+        dict(_GEMMA4, attention_k_eq_v=True, num_global_key_value_heads=1, use_double_wide_mlp=True),
+    ),
+    # the text tower of the image-text model (a one-layer vision tower beside it)
+    "gemma4_image_text_tower": ("gemma4_mm", _GEMMA4),
+    # AltUp (4 streams), LAuReL rank 4, sparse gates on layers 0 and 1, per-layer MLP widths, a per-layer
+    # table shorter than the vocabulary (ids past it read row 0); 3 layers, the last reusing layer 0's keys
+    "gemma3n_altup_laurel_sparse": (
+        "gemma3n",
+        dict(
+            _PLE_BASE, num_hidden_layers=3, layer_types=_PLE_LAYER_TYPES[:3], num_kv_shared_layers=1,
+            intermediate_size=[64, 48, 64], vocab_size_per_layer_input=VOCAB - 6, laurel_rank=4,
+            activation_sparsity_pattern=[0.75, 0.5, 0.0], altup_num_inputs=4,
+        ),
+    ),
+}  # fmt: skip
+
+
+def _gemma_ple_hf(family: str, overrides: dict):
+    import transformers as tf
+
+    if family == "gemma4_mm":
+        vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, head_dim=8)
+        config = tf.Gemma4Config(
+            text_config=overrides, vision_config=vision, audio_config=None, image_token_id=VOCAB - 1,
+            attn_implementation="eager",
+        )  # fmt: skip
+        return tf.Gemma4ForConditionalGeneration(config)
+    config_cls, model_cls = {
+        "gemma4": (tf.Gemma4TextConfig, tf.Gemma4ForCausalLM),
+        "gemma3n": (tf.Gemma3nTextConfig, tf.Gemma3nForCausalLM),
+    }[family]
+    return model_cls(config_cls(**overrides, attn_implementation="eager"))
+
+
+def tiny_gemma_ple(name: str, seed: int = 0, **changes):
+    """The random HF model of `GEMMA_PLE_CONFIGS[name]` (eager attention, `changes` applied), every parameter redrawn.
+
+    Gemma 3n/4 norms multiply by `w` itself: gains drawn around 1 (`1 + N(0, 0.2²)`), as AltUp's output
+    scale, except the q/k-norms' (`0.5 + N(0, 0.1²)`: the scores are the unscaled product of two
+    normalized vectors, so these gains give them a standard deviation near 1, as Gemma 3's scaled
+    scores; gains near 1 make attention so sharp that float32 rounding, in SDPA's order, grows past
+    1e-5 within 4 layers); each `layer_scalar` (a buffer) is drawn in [0.5, 1), never the identity.
+    """
+    family, overrides = GEMMA_PLE_CONFIGS[name]
+    torch.manual_seed(seed)
+    hf = _gemma_ple_hf(family, copy.deepcopy({**overrides, **changes})).eval()
+    with torch.no_grad():
+        for pname, p in hf.named_parameters():
+            if pname.endswith(("q_norm.weight", "k_norm.weight")):  # scores are q.k unscaled: gains below 1 keep
+                p.copy_(0.5 + 0.1 * torch.randn_like(p))  # scores of std ~1, as Gemma 3 scaled by its scalar
+            elif "norm" in pname or pname.endswith("correct_output_scale"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.25 if pname.endswith(("q_proj.weight", "k_proj.weight")) else 0.1)
+        for pname, b in hf.named_buffers():
+            if pname.endswith("layer_scalar"):
+                b.copy_(0.5 + 0.5 * torch.rand_like(b))
+    return hf
+
+
 # -- mixtures of experts ------------------------------------------------------------------
 
 MOE = dict(num_experts=4, num_experts_per_tok=2)
@@ -483,9 +564,21 @@ CLASSIC_FAMILIES = {
         hidden_size=48, num_attention_heads=4, num_key_value_heads=2, intermediate_size=72, num_hidden_layers=2,
         max_position_embeddings=64, sliding_window=5,
     )),
+    # MPT: ALiBi with 6 heads (MPT's slope order differs from Bloom's), clip_qkv that clips, no biases.
+    "mpt_6heads_clip_qkv": ("MptConfig", "MptForCausalLM", dict(
+        d_model=48, n_heads=6, n_layers=2, max_seq_len=64, attn_config=dict(clip_qkv=0.6),
+    )),
+    # CodeGen: q/v/k fused in 4 model-parallel shards, adjacent-pair rotary on 8 of 16 dims, parallel block.
+    "codegen_mp4_rotary8": ("CodeGenConfig", "CodeGenForCausalLM", dict(
+        n_embd=48, n_head=3, n_inner=72, n_layer=2, n_positions=64, rotary_dim=8,
+    )),
+    # XGLM: sinusoidal positions at offset 2, embeddings scaled by sqrt(48), biases everywhere.
+    "xglm_sinusoidal": ("XGLMConfig", "XGLMForCausalLM", dict(
+        d_model=48, attention_heads=3, ffn_dim=72, num_layers=2, max_position_embeddings=64, pad_token_id=1,
+    )),
 }  # fmt: skip
 
-_CLASSIC_QK = re.compile(r"(q_proj|k_proj|query_key_value|c_attn)\.weight$")
+_CLASSIC_QK = re.compile(r"(q_proj|k_proj|query_key_value|c_attn|Wqkv|qkv_proj)\.weight$")
 _CLASSIC_NORM = re.compile(r"(norm|ln_)")
 
 
@@ -509,7 +602,7 @@ def tiny_classic(name: str, seed: int = 0):
 def hf_layers(hf) -> torch.nn.ModuleList:
     """The decoder layers of any of the classic families."""
     base = hf.base_model
-    for attr in ("layers", "h"):
+    for attr in ("layers", "h", "blocks"):  # ... MPT's
         if hasattr(base, attr):
             return getattr(base, attr)
     return base.decoder.layers  # OPT
@@ -968,6 +1061,13 @@ def _gemma(name: str) -> Callable:
     return build
 
 
+def _gemma_ple(name: str) -> Callable:
+    def build(seed: int = 0):
+        return tiny_gemma_ple(name, seed=seed)
+
+    return build
+
+
 def _moe(name: str) -> Callable:
     def build(seed: int = 0):
         prefix, overrides = MOE_CONFIGS[name]
@@ -1049,6 +1149,13 @@ EVERY_FAMILY: dict[str, Callable[..., torch.nn.Module]] = {
     "qwen2_moe": _moe("qwen2_moe_shared_expert"),
     "qwen3_moe": _moe("qwen3_moe_norm_topk"),
     "gpt_oss": _moe("gpt_oss_sinks_clamped_swiglu"),
+    "mpt": _classic("mpt_6heads_clip_qkv"),
+    "codegen": _classic("codegen_mp4_rotary8"),
+    "xglm": _classic("xglm_sinusoidal"),
+    "hunyuan": _modern("HunYuanDenseV1", num_key_value_heads=2, head_dim=8),
+    "gemma4": _gemma_ple("gemma4_kv_shared_ple"),
+    "gemma4_multimodal": _gemma_ple("gemma4_image_text_tower"),
+    "gemma3n": _gemma_ple("gemma3n_altup_laurel_sparse"),
     "deepseek_v2": _routed("deepseek_v2_group_limited"),
     "deepseek_v3": _routed("deepseek_v3_group_limited"),
     "glm_moe_dsa": _routed("glm_moe_dsa_topk4"),

@@ -112,6 +112,21 @@ class CacheAnalysisMixin:
         def __getitem__(self, key) -> torch.Tensor: ...
 
     # -- helpers -------------------------------------------------------------------------
+    def _check_decomposable(self, what: str, needs_sum: bool = True) -> None:
+        """Refuse `what` where the residual stream is not what it assumes: one stream (not Gemma 3n's AltUp
+        streams) and, with `needs_sum`, the sum of the embedding and the sublayers' outputs (not Gemma 3n/4)."""
+        cfg = self.model.cfg
+        if getattr(cfg, "uses_altup", False):
+            raise NotImplementedError(
+                f"{what}: this model's residual stream is {cfg.altup_num_inputs} AltUp streams (Gemma 3n), "
+                "[batch, pos, stream, d_model]; read the cached streams (resid_pre, resid_post) directly"
+            )
+        if needs_sum and not getattr(cfg, "residual_is_sum_of_sublayers", True):
+            raise NotImplementedError(
+                f"{what}: this model's residual stream is not the sum of the embedding and the attention and MLP "
+                "outputs (Gemma 4: per-layer inputs and a layer scalar also write or scale it)"
+            )
+
     def _final_layer(self, layer: int | None) -> int:
         """`None` and -1 mean the unembed input, i.e. layer `n_layers`."""
         n_layers = self.model.cfg.n_layers
@@ -282,6 +297,7 @@ class CacheAnalysisMixin:
         Returns:
             `[component, batch, pos, d_model]` (and the labels).
         """
+        self._check_decomposable("accumulated_resid", needs_sum=False)
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         n_layers = self.model.cfg.n_layers
@@ -348,6 +364,7 @@ class CacheAnalysisMixin:
         Returns:
             `[component, batch, pos, d_model]` (and the labels).
         """
+        self._check_decomposable("decompose_resid")
         pos_slice = Slice.unwrap(pos_slice)
         layer = self._final_layer(layer)
         writes = [(name, layer_i) for layer_i in range(layer) for name in self._sublayer_writes(layer_i, mode)]
@@ -630,6 +647,7 @@ class CacheAnalysisMixin:
         Returns:
             The scaled stack, same shape (after `batch_slice`).
         """
+        self._check_decomposable("apply_ln_to_stack", needs_sum=False)
         layer = self._final_layer(layer)
         norm, _ = self._reader_norm(layer, mlp_input)
         pos_slice, batch_slice = Slice.unwrap(pos_slice), Slice.unwrap(batch_slice)
@@ -766,6 +784,7 @@ class CacheAnalysisMixin:
         Returns:
             Logits `[component, batch, pos, d_vocab_out]` (and the labels).
         """
+        self._check_decomposable("logit_lens", needs_sum=False)
         stack, labels = _labelled(
             self.accumulated_resid(layer, incl_mid=incl_mid, pos_slice=pos_slice, return_labels=True)
         )
@@ -825,6 +844,7 @@ class CacheAnalysisMixin:
         Returns:
             `[component, batch, pos, d_model or k]` (and the labels).
         """
+        self._check_decomposable("get_full_resid_decomposition")
         layer = self._final_layer(layer)
         if freeze_post_norm and has_post_sublayer_norms(self.model.cfg):
             self._check_no_bias_behind_post_norms(layer + int(mlp_input))

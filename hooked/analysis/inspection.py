@@ -27,7 +27,13 @@ class Report:
 
 
 def final_norm(model, resid: Float[torch.Tensor, "... d_model"]) -> Float[torch.Tensor, "... d_model"]:
-    """`ln_final` with statistics recomputed on `resid` (the logit-lens convention)."""
+    """`ln_final` with statistics recomputed on `resid` (the logit-lens convention).
+
+    AltUp streams (Gemma 3n, `[batch, pos, stream, d_model]`) are first collapsed as the model collapses
+    its last ones.
+    """
+    if model.cfg.uses_altup:
+        resid = model.altup_streams.collapse(resid)
     if model.cfg.normalization_type is None:
         return resid
     return model.ln_final(resid)
@@ -39,7 +45,7 @@ def logit_lens(model, cache, pos: int, target: int) -> list[tuple[str, int, floa
     names = [(f"resid_pre {layer_i}", cache["resid_pre", layer_i]) for layer_i in range(model.cfg.n_layers)]
     names.append(("final resid", cache["resid_post", model.cfg.n_layers - 1]))
     for label, resid in names:
-        logits = model.unembed(final_norm(model, resid[:, pos][:, None]))[0, 0]  # [d_vocab]
+        logits = model.unembed(final_norm(model, resid[:, pos : pos + 1 or None]))[0, 0]  # [d_vocab]
         probs = logits.float().softmax(-1)
         rank = int((logits > logits[target]).sum())
         rows.append((label, rank, float(probs[target])))
@@ -123,7 +129,8 @@ def inspect_prompt(model, prompt: str, top_k: int = 10, answer: str | None = Non
         ],
         logit_lens=logit_lens(model, cache, -1, target),
         top_heads=top_heads(model, cache, -1, str_tokens),
-        attributions=direct_logit_attribution(model, cache, -1, target, wrong=wrong_id),
+        # AltUp's last streams are projected and averaged: the logits are no sum of the components' outputs
+        attributions=[] if model.cfg.uses_altup else direct_logit_attribution(model, cache, -1, target, wrong=wrong_id),
         answer=model.to_single_str_token(target),
         wrong=None if wrong_id is None else model.to_single_str_token(wrong_id),
     )
@@ -140,4 +147,6 @@ def format_report(r: Report) -> str:
     what = f"the logit of {target!r}" + ("" if r.wrong is None else f" minus the logit of {r.wrong!r}")
     lines += ["", f"Top direct contributions to {what}:"]
     lines += [f"  {label:>10s}  {c:+8.3f}" for label, c in r.attributions]
+    if not r.attributions:
+        lines += ["  (none: this model's output is not a sum of its components' outputs, e.g. AltUp streams)"]
     return "\n".join(lines)

@@ -36,6 +36,17 @@ LAYER_NORM_TYPES = ("LN", "LNPre")  # the kinds that center their input (RMSNorm
 LAYER_TYPES = ("attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "mlp")
 #: the layer types that carry a state from one position to the next besides the residual stream
 RECURRENT_LAYER_TYPES = ("mamba", "mamba2", "gated_deltanet", "short_conv")
+#: block features a hybrid block (`layer_types`) does not build, so `_check_layer_types` refuses them (with
+#: `kv_shared_from` and `activation_sparsity` where they are set)
+_NOT_IN_HYBRID_BLOCKS = (
+    "post_sublayer_norm",
+    "use_normalization_before_and_after",
+    "parallel_attn_mlp",
+    "altup_num_inputs",
+    "laurel_rank",
+    "d_per_layer_input",
+    "layer_scalar",
+)
 #: the KV cache stream of DeepSeek sparse attention's indexer keys (`kv_cache_streams`)
 INDEXER_KEYS = "indexer_keys"
 ROUTER_SCORINGS = ("softmax", "sigmoid", "topk_softmax", "sparsemixer")
@@ -83,6 +94,35 @@ class HookedTransformerConfig:
     """Blocks without MLPs (attention-only toy models)."""
     parallel_attn_mlp: bool = False
     """Attention and MLP both read the block's input and their outputs are summed (GPT-J, NeoX, Phi, Falcon)."""
+    layer_d_head: list[int] | None = None
+    """Gemma 4: each layer's head width (its global layers are wider); None: `d_head` everywhere. Each block is built
+    from `layer_config(layer)`, which reads this (and the two fields below)."""
+    layer_n_key_value_heads: list[int] | None = None
+    """Gemma 4: each layer's key/value heads (`num_global_key_value_heads` on global layers); None: `n_key_value_heads`
+    everywhere."""
+    layer_d_mlp: list[int] | None = None
+    """Each layer's MLP width: Gemma 3n's per-layer `intermediate_size`, Gemma 4's double-wide MLPs on its KV-shared
+    layers, the dense layers of DeepSeek/GLM mixtures of experts (`dense_mlp_layers`; an expert's width there is the
+    layer's entry); None: `d_mlp` everywhere."""
+    layer_scalar: bool = False
+    """Gemma 4: each block multiplies the residual stream it returns by a learned scalar (`blocks.{l}.layer_scalar`,
+    `[1]`): `hook_resid_post` is the scaled stream."""
+    d_per_layer_input: int | None = None
+    """Gemma 3n/4 per-layer embeddings (PLE): width of the input each layer gets of its own (`per_layer_embed`,
+    `blocks.{l}.per_layer`); None: none."""
+    d_vocab_per_layer_input: int | None = None
+    """Rows of the per-layer embedding table (tokens at or past it read row 0, as Gemma 3n); set with
+    `d_per_layer_input`."""
+    altup_num_inputs: int | None = None
+    """Gemma 3n AltUp: the residual stream is that many streams, `[batch, pos, stream, d_model]`; each block
+    runs on stream `altup_active_idx` and corrects the others (`components/altup.py`); None: one stream."""
+    altup_active_idx: int = 0
+    """Gemma 3n AltUp: the stream the block's sublayers read and the logits come from first."""
+    altup_correct_scale: bool = True
+    """Gemma 3n AltUp: the corrected active stream is scaled by `altup.correct_output_scale` before it gates the
+    per-layer input."""
+    laurel_rank: int | None = None
+    """Gemma 3n LAuReL: rank of the low-rank linear residual beside each attention (`blocks.{l}.laurel`); None: none."""
 
     # -- positions -----------------------------------------------------------------------------
     positional_embedding_type: str = "standard"
@@ -106,6 +146,9 @@ class HookedTransformerConfig:
     """HF's `rope_scaling` dict (`rope_type` `linear`, `llama3`, `yarn`, `longrope`...); None: plain RoPE."""
     rotary_scaling_local: dict | None = None
     """`rope_scaling` of sliding-window layers when `rotary_base_local` is set; None: unscaled there."""
+    alibi_bias_max: float | None = None
+    """MPT: ALiBi as MPT computes it (`components/alibi.py`): slopes `2^(-alibi_bias_max * h / n)` and float32 biases
+    by key column relative to the last key; None: Bloom's slopes and biases."""
     relative_attention_num_buckets: int | None = None
     """T5 (HookedEncoderDecoder): buckets of the relative position bias table."""
     relative_attention_max_distance: int | None = None
@@ -137,6 +180,11 @@ class HookedTransformerConfig:
     """GPT-OSS: one learned logit per head joins each softmax and is then dropped."""
     clip_qkv: float | None = None
     """OLMo: q, k and v clamped to `[-clip_qkv, clip_qkv]` after their projections; None: no clamp."""
+    kv_shared_from: list[int | None] | None = None
+    """Gemma 3n, Gemma 4: per layer, the earlier layer whose keys and values (rotated, cached ones included) it
+    attends to instead of computing its own (it has no `W_K`/`W_V`); None entries (or None): its own."""
+    use_v_norm: bool = False
+    """Gemma 3n, Gemma 4: each value head is RMS-normalized without a gain (`attn.v_norm`) after `hook_v`."""
     kv_lora_rank: int | None = None
     """Multi-head latent attention (DeepSeek-V2/V3, GLM-MoE-DSA): width of the KV latent, one vector per token from
     which every head's keys (their non-rotary part) and values are up-projected; the KV cache stores it with the
@@ -173,11 +221,13 @@ class HookedTransformerConfig:
     """Bloom: a LayerNorm right after the token embedding."""
     use_qk_norm: bool = False
     """Queries and keys are normalized before rotary and the dot product."""
+    qk_norm_after_rotary: bool = False
+    """HunYuan: the qk-norm normalizes the rotated queries and keys (after `hook_rot_q`/`hook_rot_k`), not their
+    projections (needs `use_qk_norm`)."""
     full_width_qk_norm: bool = False
     """OLMo-2/3, OLMoE: the q/k norm spans all heads (`n_heads * d_head`), not one `d_head` (needs `use_qk_norm`)."""
     qk_norm_per_head: bool = False
     """StableLM, Cohere: a separate q/k LayerNorm gain per head (`[head, d_head]`)."""
-
     # -- MLP and mixture of experts ------------------------------------------------------------
     act_fn: str | None = None
     """MLP activation, one of `ACT_FNS`; required unless `attn_only`."""
@@ -199,6 +249,9 @@ class HookedTransformerConfig:
     """GPT-OSS: clamp of the gate (above) and the up projection (both sides) in the experts; None: no clamp."""
     swiglu_alpha: float = 1.702
     """GPT-OSS: the experts' activation is `gate * sigmoid(swiglu_alpha * gate)`."""
+    activation_sparsity: list[float] | None = None
+    """Gemma 3n: per layer, the fraction of MLP gate activations a Gaussian top-k cuts to zero before the
+    activation (0: dense); None: dense everywhere."""
     router_scoring: str = "softmax"
     """How the router turns its logits into expert scores (one of `ROUTER_SCORINGS`): `softmax` over all experts;
     `sigmoid` per expert, the choice read from the scores plus a per-expert selection bias, the buffer
@@ -222,10 +275,8 @@ class HookedTransformerConfig:
     `2 * eps` (relative to the larger magnitude) of that selection's best (`router_jitter_noise`)."""
     dense_mlp_layers: list[int] | None = None
     """Layers of a mixture-of-experts model whose MLP is a dense gated MLP (DeepSeek's `first_k_dense_replace`,
-    GLM's `mlp_layer_types`, LFM2-MoE's `num_dense_layers`); None: every layer is a mixture of experts. See
-    `is_moe_layer`."""
-    dense_d_mlp: int | None = None
-    """Hidden width of the dense MLPs of `dense_mlp_layers` (the experts' is `d_mlp`); None: `d_mlp`."""
+    GLM's `mlp_layer_types`, LFM2-MoE's `num_dense_layers`), as wide as `layer_d_mlp` says; None: every layer is a
+    mixture of experts. See `is_moe_layer`."""
 
     # -- recurrent layers: state-space and hybrid models (Mamba, Mamba-2, gated DeltaNet, LFM2) ------
     layer_types: list[str] | None = None
@@ -305,6 +356,9 @@ class HookedTransformerConfig:
     """GPT-OSS: HF keeps its norm weights float32 in float16 models."""
     norm_gain_offset: float = 0.0
     """Gemma's 1: HF's gain is `1 + w` (in float32); `ln*.w` holds the sum (float32 in half precision)."""
+    per_layer_scales_in_dtype: bool = False
+    """Gemma 3n: the per-layer input scales (`d_model^-1/2`, `2^-1/2`) are rounded to the model dtype before they
+    multiply (Gemma 4 multiplies by the exact values)."""
     moe_mix_in_fp32: bool = False
     """Mixtral: expert outputs times float32 routing weights, cast after the sum."""
     router_in_fp32: bool = False
@@ -432,8 +486,11 @@ class HookedTransformerConfig:
             raise ConfigError("num_experts and experts_per_token must be set together")
         if self.num_experts is not None and not self.gated_mlp:
             raise ConfigError("mixture-of-experts layers are gated (SwiGLU experts): set gated_mlp=True")
+        if self.qk_norm_after_rotary and not self.use_qk_norm:
+            raise ConfigError("qk_norm_after_rotary (the qk-norm after rotary, HunYuan) needs use_qk_norm=True")
         if self.full_width_qk_norm and not self.use_qk_norm:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
+        self._check_per_layer_fields()
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
         self._check_mla_and_routing()
@@ -448,6 +505,20 @@ class HookedTransformerConfig:
             self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
         self.n_params = self._count_params()
 
+    def _check_per_layer_fields(self) -> None:
+        """Per-layer lists have one entry per layer; per-layer inputs name their table."""
+        for name in ("layer_d_head", "layer_n_key_value_heads", "layer_d_mlp", "kv_shared_from", "activation_sparsity"):
+            values = getattr(self, name)
+            if values is not None and len(values) != self.n_layers:
+                raise ConfigError(
+                    f"{name} has {len(values)} entries; it needs one per layer (n_layers={self.n_layers})"
+                )
+        for layer, source in enumerate(self.kv_shared_from or ()):
+            if source is not None and not 0 <= source < layer:
+                raise ConfigError(f"kv_shared_from[{layer}] = {source}: a layer reuses the keys of an earlier layer")
+        if (self.d_per_layer_input is None) != (self.d_vocab_per_layer_input is None):
+            raise ConfigError("d_per_layer_input and d_vocab_per_layer_input are set together (the per-layer table)")
+
     def _check_layer_types(self) -> None:
         """`layer_types` names a known mixer per layer, and each recurrent mixer has its sizes."""
         if self.layer_types is None:
@@ -461,8 +532,11 @@ class HookedTransformerConfig:
                 f"layer_types must name one of {LAYER_TYPES} for each of the {self.n_layers} layers, got "
                 f"{self.layer_types!r}"
             )
-        unsupported = [f for f in ("post_sublayer_norm", "use_normalization_before_and_after", "parallel_attn_mlp")
-                       if getattr(self, f)]  # fmt: skip
+        unsupported = [f for f in _NOT_IN_HYBRID_BLOCKS if getattr(self, f)]
+        if any(source is not None for source in self.kv_shared_from or ()):
+            unsupported.append("kv_shared_from")
+        if any(self.activation_sparsity or ()):
+            unsupported.append("activation_sparsity")
         if unsupported:
             raise ConfigError(f"layer_types (hybrid blocks) do not support {', '.join(unsupported)}")
         if "mlp" in self.layer_types and not self.single_sublayer_blocks:
@@ -529,19 +603,20 @@ class HookedTransformerConfig:
         """Width of each head's value, `hook_z` and `W_O` input: `d_head_v`, else `d_head`."""
         return self.d_head_v or self.d_head
 
-    @property
-    def kv_cache_entry_shape(self) -> tuple[int, int, int]:
-        """`(heads, key width, value width)` of one cached position of one layer.
+    def kv_cache_entry_shape(self, layer: int) -> tuple[int, int, int]:
+        """`(heads, key width, value width)` of one cached position of layer `layer` (its `layer_config`).
 
-        Ordinary attention caches each K/V head's key and value. MLA caches one "head": its
-        key slot holds the KV latent (`kv_lora_rank`) and its value slot the shared rotary key
-        (`rotary_dim`), from which every head's keys and values are recomputed.
+        Ordinary attention caches each K/V head's key and value, at the layer's own head count and
+        width (Gemma 4's global layers are wider). MLA caches one "head": its key slot holds the KV
+        latent (`kv_lora_rank`) and its value slot the shared rotary key (`rotary_dim`), from which
+        every head's keys and values are recomputed.
         """
-        if self.uses_mla:
-            assert self.kv_lora_rank is not None and self.rotary_dim is not None  # uses_mla; __post_init__ fills
-            return 1, self.kv_lora_rank, self.rotary_dim
-        heads = self.n_heads if self.ungroup_grouped_query_attention else self.n_kv_heads
-        return heads, self.d_head, self.d_head
+        cfg = self.layer_config(layer)
+        if cfg.uses_mla:
+            assert cfg.kv_lora_rank is not None and cfg.rotary_dim is not None  # uses_mla; __post_init__ fills
+            return 1, cfg.kv_lora_rank, cfg.rotary_dim
+        heads = cfg.n_heads if cfg.ungroup_grouped_query_attention else cfg.n_kv_heads
+        return heads, cfg.d_head, cfg.d_head
 
     @property
     def kv_cache_streams(self) -> dict[str, int]:
@@ -645,6 +720,47 @@ class HookedTransformerConfig:
         return self.attn_types
 
     @property
+    def residual_is_sum_of_sublayers(self) -> bool:
+        """The residual stream is the embedding plus what every attention and MLP wrote: not in Gemma 3n/4, whose
+        per-layer inputs, layer scalars, AltUp streams and LAuReL also write or scale it."""
+        return not (self.d_per_layer_input or self.layer_scalar or self.uses_altup or self.laurel_rank)
+
+    def kv_source(self, layer: int) -> int | None:
+        """The earlier layer whose keys and values layer `layer` attends to (`kv_shared_from`); None: its own."""
+        return None if self.kv_shared_from is None else self.kv_shared_from[layer]
+
+    def lends_kv(self, layer: int) -> bool:
+        """Whether a later layer attends to layer `layer`'s keys and values."""
+        return layer in (self.kv_shared_from or ())
+
+    @property
+    def uses_altup(self) -> bool:
+        """The residual stream is `altup_num_inputs` streams, `[batch, pos, stream, d_model]` (Gemma 3n)."""
+        return bool(self.altup_num_inputs)
+
+    def layer_config(self, layer: int) -> HookedTransformerConfig:
+        """The config layer `layer`'s modules are built from: `self`, or a view with the layer's own head width,
+        K/V heads and MLP width (`layer_d_head`, `layer_n_key_value_heads`, `layer_d_mlp`) that reads every other
+        field from `self` as it is now (switches flipped at run time included)."""
+        overrides = self._layer_overrides(layer)
+        return LayerConfig(self, overrides) if overrides else self
+
+    def _layer_overrides(self, layer: int) -> dict[str, Any]:
+        overrides: dict[str, Any] = {}
+        if self.layer_d_head is not None and self.layer_d_head[layer] != self.d_head:
+            overrides["d_head"] = self.layer_d_head[layer]
+            if self.rotary_dim == self.d_head:  # full rotary stays full
+                overrides["rotary_dim"] = self.layer_d_head[layer]
+        if self.layer_n_key_value_heads is not None:
+            kv_heads = self.layer_n_key_value_heads[layer]
+            kv_heads = None if kv_heads == self.n_heads else kv_heads  # plain multi-head attention
+            if kv_heads != self.n_key_value_heads:
+                overrides["n_key_value_heads"] = kv_heads
+        if self.layer_d_mlp is not None and self.layer_d_mlp[layer] != self.d_mlp:
+            overrides["d_mlp"] = self.layer_d_mlp[layer]
+        return overrides
+
+    @property
     def mlp_width(self) -> int:
         """`d_mlp` as an int: `__post_init__` fills it in for every model with MLP layers."""
         if self.d_mlp is None:
@@ -652,13 +768,15 @@ class HookedTransformerConfig:
         return self.d_mlp
 
     def _count_params(self) -> int:
-        n = len(self.attention_layers) * self._attention_params()
-        per_mlp = self.d_model * (2 + int(self.gated_mlp))
+        n, per_mlp = 0, self.d_model * (2 + int(self.gated_mlp))
+        attention = set(self.attention_layers)  # a hybrid's recurrent mixers are not counted (TransformerLens's count)
         for layer in range(self.n_layers):
+            layer_cfg = self.layer_config(layer)  # the layer's own widths (Gemma 3n/4, the dense layers of a MoE)
+            if layer in attention:
+                n += layer_cfg._attention_params()
             if self.block_has_mlp(layer):
-                moe = self.is_moe_layer(layer)
-                width = self.mlp_width if moe or self.dense_d_mlp is None else self.dense_d_mlp
-                n += per_mlp * width * ((self.num_experts or 1) if moe else 1)
+                experts = (self.num_experts or 1) if self.is_moe_layer(layer) else 1
+                n += per_mlp * layer_cfg.mlp_width * experts
         return n
 
     def _attention_params(self) -> int:
@@ -720,6 +838,36 @@ class HookedTransformerConfig:
         return HookedTransformerConfig.from_dict(d)
 
 
+class LayerConfig(HookedTransformerConfig):
+    """One layer's view of a model's config (`HookedTransformerConfig.layer_config`).
+
+    The per-layer shape fields come from `overrides`; every other field is read from the model's
+    config on each access, and writes go to it, so a switch flipped on `model.cfg` (`use_attn_result`,
+    `attn_implementation`, ...) reaches every layer. Properties (`n_kv_heads`, ...) see the overrides.
+    Each field is a plain Python property (`_view_field`), which `torch.compile` traces.
+    """
+
+    def __init__(self, base: HookedTransformerConfig, overrides: dict[str, Any]):  # no dataclass __init__: a view
+        self.__dict__["_base"] = base
+        self.__dict__["_overrides"] = dict(overrides)
+
+    def layer_config(self, layer: int) -> HookedTransformerConfig:
+        return self.__dict__["_base"].layer_config(layer)
+
+
+def _view_field(name: str) -> property:
+    """`LayerConfig.<name>`: the layer's override, else the model config's current value; writes go to the model's."""
+
+    def get(self: LayerConfig) -> Any:
+        overrides = self.__dict__["_overrides"]
+        return overrides[name] if name in overrides else getattr(self.__dict__["_base"], name)
+
+    def set_(self: LayerConfig, value: Any) -> None:
+        setattr(self.__dict__["_base"], name, value)
+
+    return property(get, set_)
+
+
 def _field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(HookedTransformerConfig) if f.init]
 
@@ -752,3 +900,5 @@ def _init_with_field_check(init):
 
 
 HookedTransformerConfig.__init__ = _init_with_field_check(HookedTransformerConfig.__init__)
+for _field in dataclasses.fields(HookedTransformerConfig):
+    setattr(LayerConfig, _field.name, _view_field(_field.name))

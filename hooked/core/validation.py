@@ -310,14 +310,17 @@ def check_kv_cache(cache: Any, cfg: Any, batch: int) -> None:
             f"past_kv_cache was built for batch size {cached_batch}, but this input has batch size {batch}: "
             "use one cache per batch (init_cache(model.cfg, batch_size=...))"
         )
-    heads, d_key, _ = cfg.kv_cache_entry_shape
-    kv_entries = [entry for entry in cache.entries if hasattr(entry, "past_keys")]  # a hybrid's attention layers
-    if len(kv_entries) != len(cfg.attention_layers):
+    kv_layers = [layer for layer, entry in enumerate(cache.entries) if hasattr(entry, "past_keys")]
+    if len(kv_layers) != len(cfg.attention_layers):  # a hybrid's recurrent layers hold states, not keys
         raise KVCacheMismatchError(
-            f"past_kv_cache has {len(kv_entries)} key/value layers but the model has {len(cfg.attention_layers)} "
+            f"past_kv_cache has {len(kv_layers)} key/value layers but the model has {len(cfg.attention_layers)} "
             "attention layers: build it with HookedTransformerKeyValueCache.init_cache(model.cfg, batch_size=...)"
         )
-    shape = tuple(kv_entries[0].past_keys.shape[2:]) if kv_entries else (heads, d_key)
+    if not kv_layers:
+        return
+    first = kv_layers[0]  # its shape says which model the cache was built for (shapes may vary by layer)
+    heads, d_key, _ = cfg.kv_cache_entry_shape(first)
+    shape = tuple(cache.entries[first].past_keys.shape[2:])
     if shape != (heads, d_key):
         raise KVCacheMismatchError(
             f"past_kv_cache stores keys with [kv_head, d_head] = {list(shape)}, but this model needs "

@@ -19,7 +19,7 @@ class HookedTransformerKeyValueCacheEntry:
     """One layer's cached keys and values, `[batch, pos_so_far, kv_head, d_head]` views of a buffer.
 
     Values may be narrower or wider than keys (`d_value`). Multi-head latent attention stores its
-    KV latent as the keys and its shared rotary key as the values (`cfg.kv_cache_entry_shape`);
+    KV latent as the keys and its shared rotary key as the values (`cfg.kv_cache_entry_shape(layer)`);
     other per-position tensors (DSA's indexer keys) are named `streams`, grown by `append`.
     """
 
@@ -114,21 +114,22 @@ class HookedTransformerKeyValueCache:
     def init_cache(cls, cfg, device=None, batch_size: int = 1, *, capacity: int = 0) -> HookedTransformerKeyValueCache:
         """An empty cache; `capacity` preallocates that many positions (it still grows past them).
 
-        Attention layers get key/value entries of `cfg.kv_cache_entry_shape` (MLA: the latent and the
-        shared rotary key); the other layers of a state-space or hybrid model (`cfg.layer_types`) get a
-        `RecurrentStateEntry` (their convolution window and state).
+        Attention layers get key/value entries of `cfg.kv_cache_entry_shape(layer)` (MLA: the latent and
+        the shared rotary key); the other layers of a state-space or hybrid model (`cfg.layer_types`) get
+        a `RecurrentStateEntry` (their convolution window and state).
         """
-        heads, d_key, d_value = cfg.kv_cache_entry_shape
         device = cfg.device if device is None else device
         attention = set(cfg.attention_layers)
-        entries = [
-            HookedTransformerKeyValueCacheEntry(
+
+        def entry(layer: int) -> HookedTransformerKeyValueCacheEntry | RecurrentStateEntry:
+            if layer not in attention:
+                return RecurrentStateEntry()
+            heads, d_key, d_value = cfg.kv_cache_entry_shape(layer)
+            return HookedTransformerKeyValueCacheEntry(
                 batch_size, heads, d_key, device, cfg.dtype, capacity=capacity, d_value=d_value
             )
-            if layer in attention
-            else RecurrentStateEntry()
-            for layer in range(cfg.n_layers)
-        ]
+
+        entries = [entry(layer) for layer in range(cfg.n_layers)]
         return cls(entries, torch.empty(batch_size, 0, dtype=torch.long, device=device))
 
     def __getitem__(self, layer: int) -> HookedTransformerKeyValueCacheEntry | RecurrentStateEntry:
@@ -263,14 +264,14 @@ class StaticKeyValueCache:
 
     def __init__(self, cfg, batch_size: int, capacity: int, device=None):
         check_static_supported(cfg)
-        heads, d_key, d_value = cfg.kv_cache_entry_shape
         device = torch.device(cfg.device if device is None else device)
         self.capacity = capacity
+        shapes = [cfg.kv_cache_entry_shape(layer) for layer in range(cfg.n_layers)]  # (heads, d_key, d_value)
         self.entries = [
             StaticKeyValueCacheEntry(
                 batch_size, capacity, heads, d_key, device, cfg.dtype, d_value=d_value, streams=cfg.kv_cache_streams
             )
-            for _ in range(cfg.n_layers)
+            for heads, d_key, d_value in shapes
         ]
         self.mask = torch.zeros(batch_size, capacity, dtype=torch.long, device=device)  # [batch, capacity]
         self.column = torch.zeros(1, dtype=torch.long, device=device)  # [1]: the next column to write

@@ -18,8 +18,10 @@ from jaxtyping import Float, Int
 
 from hooked.analysis.activation_cache import ActivationCache
 from hooked.components import Embed, PosEmbed, Unembed
+from hooked.components.altup import AltUpStreams
 from hooked.components.forward_state import ForwardState
 from hooked.components.norms import make_norm
+from hooked.components.per_layer_inputs import PerLayerEmbed
 from hooked.components.post_norm_block import block_class
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.dtypes import cast_parameter, parameter_requires_grad
@@ -105,12 +107,16 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         if cfg.d_vocab == -1:
             raise InputError("cfg.d_vocab is -1 and no tokenizer was given: set d_vocab or pass a tokenizer")
         self.embed = Embed(cfg)
+        if cfg.d_per_layer_input:  # Gemma 3n/4: an input of its own for every layer
+            self.per_layer_embed = PerLayerEmbed(cfg)
         self.hook_tokens = HookPoint(requires="use_hook_tokens")  # [batch, pos]
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         if cfg.positional_embedding_type in ("standard", "shortformer"):
             self.pos_embed = PosEmbed(cfg)
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([block_class(cfg)(cfg, layer) for layer in range(cfg.n_layers)])
+        if cfg.uses_altup:  # Gemma 3n: the residual stream is several streams between the embedding and ln_final
+            self.altup_streams = AltUpStreams(cfg)
         if cfg.normalization_type is not None:
             self.ln_final = make_norm(cfg, final_norm_kind(cfg))
         self.unembed = Unembed(cfg)
@@ -440,6 +446,8 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
                 residual.shape[0], residual.shape[1], attention_mask, past_kv_cache, step=step
             )
             self.forward_state.tokens = tokens
+            if hasattr(self, "per_layer_embed") and tokens is not None:  # Gemma 3n/4: per-layer inputs from tokens
+                self.forward_state.per_layer_inputs = self.per_layer_embed(tokens, self.embed(tokens))
         state = self.forward_state
         assert state is not None  # input_to_embed or _make_state has just set it
         for block in self.blocks[start_at_layer:stop_at_layer]:
@@ -452,6 +460,8 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             past_kv_cache.n_forwards += 1
         if stop_at_layer is not None:
             return residual
+        if hasattr(self, "altup_streams"):  # Gemma 3n: the streams become one again
+            residual = self.altup_streams.collapse(residual)
         if self.cfg.normalization_type is not None:
             residual = self.ln_final(residual)
         if return_type is None:
@@ -526,8 +536,12 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         elif hasattr(self.embed, "ln"):  # given token embeddings still pass Bloom's post-embedding norm, as in HF
             embeds = self.embed.ln(embeds)
         embeds = self.hook_embed(embeds)  # [batch, pos, d_model]
+        if hasattr(self, "per_layer_embed"):  # Gemma 3n/4: every layer's own input, from the tokens
+            state.per_layer_inputs = self.per_layer_embed(tokens, embeds)
         new_mask = state.new_mask()
         residual, shortformer_pos_embed = self._add_pos_embed(embeds, state.positions, new_mask)
+        if hasattr(self, "altup_streams"):  # Gemma 3n: [batch, pos, stream, d_model] from here to ln_final
+            residual = self.altup_streams.expand(residual)
         return residual, tokens, shortformer_pos_embed, attention_mask
 
     def get_residual(

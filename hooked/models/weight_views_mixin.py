@@ -53,6 +53,7 @@ class WeightViewsMixin:
                 f"model are attention layers ({describe_layer(self.cfg, _first_other_layer(self.cfg))}): read "
                 f"blocks[l].attn.{name} for l in model.cfg.attention_layers"
             )
+        _check_stackable(self.cfg, module, name)
         tensors = [self.block_weight(layer, f"{module}.{name}") for layer in range(self.cfg.n_layers)]
         return torch.stack([t.to(tensors[0].device) for t in tensors], dim=0)  # one device on a split model
 
@@ -157,6 +158,23 @@ class WeightViewsMixin:
         tokens = torch.as_tensor(tokens, device=W_U.device)
         check_token_range(tokens.reshape(-1), self.cfg.d_vocab_out, "tokens")
         return W_U[:, tokens].movedim(0, -1)
+
+
+def _check_stackable(cfg: HookedTransformerConfig, module: str, name: str) -> None:
+    """Refuse a stacked view whose layers differ in shape or lack the weight (Gemma 3n/4), naming the per-layer read."""
+    shared = [layer for layer in range(cfg.n_layers) if cfg.kv_source(layer) is not None]
+    if shared and module == "attn" and name[-1] in "KV":
+        raise NotImplementedError(
+            f"{name} has no value in layers {shared}: they attend to an earlier layer's keys and values "
+            f"(cfg.kv_shared_from); read blocks[l].attn.{name} of the other layers one at a time"
+        )
+    width = "d_mlp" if module == "mlp" else "d_head"
+    widths = [getattr(cfg.layer_config(layer), width) for layer in range(cfg.n_layers)]
+    if len(set(widths)) > 1:
+        raise NotImplementedError(
+            f"{name} cannot be stacked over layers: their {width} differ ({widths}, cfg.layer_{width}); read "
+            f"blocks[l].{module}.{name} one layer at a time"
+        )
 
 
 def _first_other_layer(cfg: HookedTransformerConfig) -> int:

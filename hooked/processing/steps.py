@@ -200,8 +200,9 @@ def fold_layer_norm(
 ) -> StateDict:
     """Fold every pre-norm's gain (and LayerNorm bias) into its readers; the norms lose their parameters.
 
-    Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA; an output gate's `W_gate`), or a
-    recurrent mixer's input projection `mixer.W_in`; W_in and W_gate
+    Readers: W_Q, W_K, W_V per head for `ln1` (`_W_K`/`_W_V` under GQA; W_Q alone in a layer that
+    reuses another's keys and values; an output gate's `W_gate`), or a recurrent mixer's input
+    projection `mixer.W_in`; W_in and W_gate
     (and every MoE expert's, plus the router) for `ln2`; W_U for `ln_final`; W_out for
     `solu_ln`'s `mlp.ln`. RMSNorms fold their gain only (no bias, no centering), so this
     is right for every norm type with the default flags. `ln1_post`/`ln2_post` and
@@ -232,9 +233,9 @@ def fold_layer_norm(
 
 
 def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> list[tuple[str, str]]:
-    """`(weight, bias)` keys of what reads block `layer`'s `ln1`: W_Q, W_K, W_V (and an output gate's `W_gate`);
-    under MLA the down-projections and DSA's indexer; or a recurrent mixer's input projections (`NORM_READERS` of
-    its class)."""
+    """`(weight, bias)` keys of what reads block `layer`'s `ln1`: W_Q, W_K, W_V (W_Q alone in a layer that reuses
+    another's keys and values; and an output gate's `W_gate`); under MLA the down-projections and DSA's indexer; or
+    a recurrent mixer's input projections (`NORM_READERS` of its class)."""
     p, kind = f"blocks.{layer}.", cfg.mixer_types[layer]
     if kind != "attention":
         from hooked.components.hybrid_block import mixer_class
@@ -244,8 +245,10 @@ def _ln1_readers(sd: StateDict, cfg: HookedTransformerConfig, layer: int) -> lis
     if cfg.uses_mla:
         names = ("W_Q_A" if cfg.q_lora_rank else "W_Q_B", "W_KV_A", "indexer.W_K", "indexer.W_weights")
         return [(attn + n, attn + n.replace("W_", "b_")) for n in names if attn + n in sd]
-    kv = _kv(cfg)
-    readers = [(attn + "W_Q", attn + "b_Q")] + [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
+    kv = _kv(cfg.layer_config(layer))
+    readers = [(attn + "W_Q", attn + "b_Q")]
+    if cfg.kv_source(layer) is None:  # a KV-sharing layer projects q only
+        readers += [(attn + kv + f"W_{x}", attn + kv + f"b_{x}") for x in "KV"]
     return readers + ([(attn + "W_gate", attn + "b_gate")] if attn + "W_gate" in sd else [])
 
 
@@ -440,6 +443,8 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "post-norm models normalize after each sublayer: no reader follows a pre-norm", W
     if step == "center_unembed" and cfg.output_logits_soft_cap > 0:
         return "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", W
+    if step == "fold_ln" and cfg.laurel_rank:
+        return "LAuReL (Gemma 3n) adds ln1's output itself to the residual stream, gain included", W
     if step == "fold_ln" and cfg.normalization_type is None:
         return "the model has no norms", D
     if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
@@ -450,6 +455,8 @@ def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, in
         return "multi-head latent attention has no value bias after its latent norm", logging.INFO
     if step == "fold_value_biases" and cfg.clip_qkv is not None:
         return "clip_qkv clamps v after its bias", logging.INFO
+    if step == "fold_value_biases" and cfg.use_v_norm:
+        return "the values are normalized after their bias (use_v_norm)", logging.INFO
     if step == "fold_value_biases" and cfg.attn_sinks:
         return "attention sinks make each pattern row sum to less than 1", logging.INFO
     return None, D

@@ -3,7 +3,9 @@
 Families and variants are listed in `tests/tiny_models.CLASSIC_FAMILIES`: GPT-NeoX with and without
 parallel residual (rotary fraction 0.25), GPT-J (rotary_dim < d_head), GPT-Neo (window shorter
 than the sequence), Phi (partial rotary 0.5), OPT, Bloom (6 heads: not a power of two),
-StableLM (per-head qk LayerNorm; parallel), GPT-BigCode (multi-query) and StarCoder2.
+StableLM (per-head qk LayerNorm; parallel), GPT-BigCode (multi-query), StarCoder2, MPT (its own ALiBi,
+6 heads, `clip_qkv` that clips), CodeGen (q/v/k fused in 4 shards, adjacent-pair partial rotary) and
+XGLM (sinusoidal positions at offset 2, scaled embeddings).
 Every check is two-sided max-abs with rtol 0 (docs/numerics.md#tolerances).
 """
 
@@ -48,6 +50,7 @@ def test_every_family_is_registered():
     assert classes == {
         "GPTNeoXForCausalLM", "GPTJForCausalLM", "GPTNeoForCausalLM", "PhiForCausalLM", "OPTForCausalLM",
         "BloomForCausalLM", "StableLmForCausalLM", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM",
+        "MptForCausalLM", "CodeGenForCausalLM", "XGLMForCausalLM",
     }  # fmt: skip
     assert classes <= set(loading.ARCHITECTURES)
 

@@ -12,6 +12,7 @@ sequence long enough for that feature to matter:
 - OLMo-1 (parameter-free LayerNorm, `clip_qkv` that clips), OLMo-2 (post-sublayer
   RMSNorms, qk-norm over the full projection), OLMo-3 (as OLMo-2, plus sliding layers
   and per-layer-type rope with YaRN on the full-attention layers);
+- HunYuan (qk RMSNorm after rotary), and its `dynamic` rope with a fixed `alpha` (a static base);
 - Granite with every multiplier != 1 (tied embeddings, untied by the folds), Cohere
   (parallel block, bias-free LayerNorm, adjacent-pair rotary, per-head qk LayerNorm,
   `logit_scale` != 1);
@@ -115,6 +116,17 @@ CASES = {
     ),
     "falcon_multi_query": ("Falcon", dict(multi_query=True, parallel_attn=True, bias=True), 16),
     "falcon_mha_sequential": ("Falcon", dict(multi_query=False, parallel_attn=False, bias=True), 16),
+    # HunYuan: the per-head qk RMSNorm after rotary; its `dynamic` rope with a fixed alpha (a static base)
+    "hunyuan_qk_norm_after_rotary": ("HunYuanDenseV1", dict(num_key_value_heads=2, head_dim=8), 16),
+    "hunyuan_ntk_alpha": (
+        "HunYuanDenseV1",
+        dict(
+            num_key_value_heads=2,
+            head_dim=8,
+            rope_parameters=dict(rope_type="dynamic", alpha=50.0, factor=1.0, rope_theta=1e4),
+        ),
+        16,
+    ),
     # HF's eager Falcon-ALiBi adds the bias twice (in the mask and in the scores); SDPA, HF's default, once.
     "falcon_rw_alibi_vs_hf_sdpa": (
         "Falcon",
@@ -136,6 +148,7 @@ UNSCALED = {
         embedding_multiplier=1.0, attention_multiplier=0.25, residual_multiplier=1.0, logits_scaling=1.0
     ),
     "cohere_qk_norm_logit_scale": dict(use_qk_norm=False, logit_scale=1.0),
+    "hunyuan_ntk_alpha": dict(rope_parameters=dict(rope_type="default", rope_theta=1e4)),
 }
 # Cached decoding equals the full forward unless the frequencies change with the length mid-sequence.
 CACHE_EXACT = [name for name in CASES if name not in ("llama_dynamic_beyond_max", "phi3_longrope_long")]
@@ -289,12 +302,27 @@ def test_falcon_alibi_is_added_before_the_scaling_once():
         assert max_abs(model(t), eager(t).logits) > 1e-3
 
 
+def test_hunyuan_normalizes_q_and_k_after_rotary():
+    """The rotated q and k are normalized (hook order), and normalizing before rotary gives other logits."""
+    model = hooked_from(build("hunyuan_qk_norm_after_rotary"))
+    order = []
+    names = ("blocks.0.attn.hook_rot_q", "blocks.0.attn.q_norm.hook_normalized")
+    hooks = [(name, lambda x, hook: order.append(hook.name)) for name in names]
+    t = tokens(2, 16)
+    with torch.no_grad():
+        after = model.run_with_hooks(t, fwd_hooks=hooks)
+        model.cfg.qk_norm_after_rotary = False
+        before = model(t)
+    assert order == list(names) and max_abs(after, before) > 1e-3
+
+
 def test_cases_cover_every_modern_family():
     """The parity cases above build each of these HF classes (removing a family's last case fails here)."""
     families = {
         "CohereForCausalLM",
         "FalconForCausalLM",
         "GraniteForCausalLM",
+        "HunYuanDenseV1ForCausalLM",
         "LlamaForCausalLM",
         "OlmoForCausalLM",
         "Olmo2ForCausalLM",

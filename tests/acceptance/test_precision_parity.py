@@ -31,6 +31,10 @@ pytestmark = pytest.mark.slow  # two HF loads per family and dtype
 #: Mixtral weighs expert outputs in float32 and sums a token's slots before one cast (HF's
 #: default `grouped_mm` experts); GPT-OSS's router softmax runs over the top-k logits in the model
 #: dtype, its experts add biases after the product, and its norm gains stay float32 in float16.
+#: MPT adds its float32 ALiBi bias to the scores in the model dtype (`alibi_bias_max`); CodeGen rotates
+#: in float32 with float32 tables (`rotary_in_fp32`, `rotary_tables_in_fp32`). Gemma 3n/4 multiply their
+#: norm gains `w` in float32 (`norm_gain_in_fp32`); Gemma 3n rounds its per-layer input scales to the
+#: model dtype first (`per_layer_scales_in_dtype`).
 #: DeepSeek/GLM keep the router weight float32 (`router_in_fp32`) and weigh the experts in float32;
 #: MLA builds q, k and v in HF's layouts (heads first) so the attention matmuls round as HF's;
 #: DeepSeek-V2 rotates in float32 (`rotary_in_fp32`); DSA's indexer weights stay float32 in float16.
@@ -39,7 +43,7 @@ BITWISE = (
     "gptj", "gpt_neo", "stablelm_qk_norm", "stablelm_parallel", "bigcode", "starcoder2",
     "falcon_new_arch", "falcon_multi_query", "cohere", "phi3", "granite", "apertus", "smollm3", "olmo",
     "olmoe", "qwen2_moe", "qwen3_moe", "olmo2", "olmo3", "gemma", "gemma2", "gemma3", "gemma3_multimodal",
-    "mixtral", "gpt_oss",
+    "mixtral", "gpt_oss", "mpt", "codegen", "xglm", "hunyuan", "gemma4", "gemma4_multimodal", "gemma3n",
     "deepseek_v2", "deepseek_v3", "glm_moe_dsa", "glm4_moe", "phimoe",
 )  # fmt: skip
 #: families bit for bit in bfloat16 only, and why float16 is not (it is within the half-precision bound)

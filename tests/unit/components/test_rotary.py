@@ -124,8 +124,8 @@ def test_llama3_covers_all_three_frequency_bands():
 
 
 def test_unsupported_rope_type_raises():
-    with pytest.raises(NotImplementedError, match="proportional"):
-        rotary_inv_freq(8, 10000.0, {"rope_type": "proportional", "factor": 4.0})
+    with pytest.raises(NotImplementedError, match="ntk_by_parts"):  # no such kind: converters refuse it first
+        rotary_inv_freq(8, 10000.0, {"rope_type": "ntk_by_parts", "factor": 4.0})
 
 
 def test_scaling_dict_missing_a_field_names_it():

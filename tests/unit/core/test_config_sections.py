@@ -157,17 +157,18 @@ def test_every_post_norm_question_reads_the_config_property():
 GQA = {
     "llama_gqa", "mistral", "qwen2", "qwen3", "olmo3", "gemma2", "gemma3", "gemma3_multimodal", "mixtral",
     "stablelm_qk_norm", "bigcode", "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "phi3",
-    "granite", "apertus", "smollm3", "olmo", "gemma", "qwen2_moe", "qwen3_moe", "gpt_oss",
+    "granite", "apertus", "smollm3", "olmo", "gemma", "qwen2_moe", "qwen3_moe", "gpt_oss", "hunyuan", "gemma4",
+    "gemma4_multimodal", "gemma3n",
     "glm4_moe", "phimoe", "granitemoe",
 }  # fmt: skip
-NOT_ROTARY = {"gpt2", "opt", "bloom", "gpt_neo", "bigcode"}
+NOT_ROTARY = {"gpt2", "opt", "bloom", "gpt_neo", "bigcode", "mpt", "xglm"}
 MOE = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"}
 MOE |= {"deepseek_v2", "deepseek_v3", "glm_moe_dsa", "glm4_moe", "phimoe", "granitemoe"}  # issue 37
 POST_NORM = {"olmo2", "olmo3"}
-SANDWICH = {"gemma2", "gemma3", "gemma3_multimodal"}
+SANDWICH = {"gemma2", "gemma3", "gemma3_multimodal", "gemma4", "gemma4_multimodal", "gemma3n"}
 LAYER_NORM = {
     "gpt2", "neox", "phi", "opt", "bloom", "gptj", "gpt_neo", "stablelm_qk_norm", "stablelm_parallel", "bigcode",
-    "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "olmo", "phimoe",
+    "starcoder2", "falcon_new_arch", "falcon_multi_query", "cohere", "olmo", "mpt", "codegen", "xglm", "phimoe",
 }  # fmt: skip
 
 

@@ -149,6 +149,6 @@ def test_unsupported_rope_scaling_fails_before_any_forward():
     from hooked import HookedTransformer
 
     fields = convert_llama_config(LlamaConfig(**SMALL))
-    fields["rotary_scaling"] = dict(rope_type="proportional", factor=4.0)  # an HF kind hooked does not implement
-    with pytest.raises(NotImplementedError, match="proportional"):
+    fields["rotary_scaling"] = dict(rope_type="ntk_by_parts", factor=4.0)  # a kind components/rotary.py lacks
+    with pytest.raises(NotImplementedError, match="ntk_by_parts"):
         HookedTransformer(fields)

@@ -92,7 +92,8 @@ def test_deepseek_fields():
     assert v2["rotary_adjacent_pairs"] and v2["rotary_in_fp32"] and not v2["norm_topk_prob"]
     assert (v3["router_scoring"], v3["router_groups"], v3["router_topk_groups"]) == ("sigmoid", 4, 2)
     assert v3["rotary_interleaved_input"] and v3["routed_scaling_factor"] == 2.5 and v3["norm_topk_prob"]
-    assert v3["dense_mlp_layers"] == [0] and (v3["dense_d_mlp"], v3["d_mlp"], v3["shared_expert_d_mlp"]) == (64, 24, 24)
+    assert v3["dense_mlp_layers"] == [0] and (v3["d_mlp"], v3["shared_expert_d_mlp"]) == (24, 24)
+    assert v3["layer_d_mlp"] == [64] + [24] * (len(v3["layer_d_mlp"]) - 1)  # the dense layer, then the experts
     assert _convert("deepseek_v2_lite_yarn")["q_lora_rank"] is None
     assert _convert("deepseek_v3_group_limited", rope_interleave=False)["rotary_interleaved_input"] is False
 

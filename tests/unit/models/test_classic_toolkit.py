@@ -10,7 +10,7 @@ from hooked.core.config import ConfigError
 from tests.tiny_models import CLASSIC_FAMILIES, CLASSIC_VOCAB, hooked_from, tiny_classic
 
 ATOL = 1e-5
-REFACTORABLE = {"gpt_neo_window4", "opt", "bloom_6heads"}  # no rotary, no qk-norm, no grouped K/V
+REFACTORABLE = {"gpt_neo_window4", "opt", "bloom_6heads", "xglm_sinusoidal"}  # no rotary, qk-norm, grouped K/V, clip
 
 
 def tokens(batch=2, pos=8, seed=0):
