@@ -48,12 +48,24 @@ def test_single_sublayer_blocks_hold_a_mixer_or_an_mlp():
         (dict(layer_types=["gated_deltanet", "attention", "attention"]), "deltanet_n_key_heads"),
         (dict(layer_types=["mamba", "attention", "attention"]), "ssm_dt_rank"),
         (dict(layer_types=["attention"] * 3, parallel_attn_mlp=True), "parallel_attn_mlp"),
+        (dict(layer_types=["mamba2", "attention", "attention"], layer_scalar=True), "layer_scalar"),  # Gemma 4's
+        (dict(layer_types=["mamba2", "attention", "attention"], kv_shared_from=[None, None, 1]), "kv_shared_from"),
         (dict(single_sublayer_blocks=True), "needs layer_types"),
     ],
 )
 def test_impossible_layer_types_are_refused(fields, message):
     with pytest.raises(ConfigError, match=message):
         HookedTransformerConfig(**BASE, **MAMBA2, **fields)
+
+
+def test_per_layer_shapes_reach_a_hybrids_blocks():
+    """A hybrid block is built from `cfg.layer_config(layer)`, as a transformer block: its own MLP width."""
+    from hooked.components.hybrid_block import HybridBlock
+
+    cfg = HookedTransformerConfig(
+        **BASE, **MAMBA2, layer_types=["mamba2", "attention", "mamba2"], layer_d_mlp=[8, 16, 24]
+    )
+    assert [HybridBlock(cfg, layer).mlp.W_in.shape[-1] for layer in range(3)] == [8, 16, 24]
 
 
 def test_a_longer_list_is_cut_to_the_layers_kept():
