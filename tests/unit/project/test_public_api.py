@@ -62,6 +62,7 @@ def test_the_snapshot_covers_the_old_api():
     assert ("hooked", "HookedTransformer") in lines and ("transformer_lens.hook_points", "HookPoint") in lines
 
 
+@pytest.mark.filterwarnings("ignore:.* is an old module path:DeprecationWarning")  # imported on purpose
 def test_the_snapshot_is_declared_names_not_every_global():
     """A module's API is its `__all__`: a logger or an imported helper is not frozen as a promise."""
     lines = snapshot_lines()
@@ -76,6 +77,7 @@ def test_the_snapshot_is_declared_names_not_every_global():
     assert not undeclared, f"listed as API but in no `__all__`: {undeclared}"
 
 
+@pytest.mark.filterwarnings("ignore:.* is an old module path:DeprecationWarning")  # imported on purpose
 def test_every_old_hooked_name_still_imports():
     lines = [line for line in snapshot_lines() if not line[0].startswith("transformer_lens")]
     missing = missing_names(lines)
