@@ -377,6 +377,7 @@ class HookedTransformerConfig:
     """Must stay False: quantized weights are out of hooked's scope (True raises)."""
 
     def __post_init__(self) -> None:
+        """Fill the defaults that depend on other fields, then refuse inconsistent fields (named steps, in order)."""
         if self.load_in_4bit:
             raise NotImplementedError("load_in_4bit: quantized weights are out of hooked's scope; load in fp32/bf16")
         if isinstance(self.dtype, str):
@@ -388,6 +389,16 @@ class HookedTransformerConfig:
                 raise ConfigError(f"n_heads=-1 needs d_head ({self.d_head}) to divide d_model ({self.d_model})")
             self.n_heads = self.d_model // self.d_head
         self._check_layer_types()
+        self._fill_mlp_and_check_names()
+        self._fill_attention_sizes()
+        self._fill_attention_scale_and_check_modes()
+        self._check_experts()
+        self._check_mla_and_routing()
+        self._fill_derived_fields()
+        self.n_params = self._count_params()
+
+    def _fill_mlp_and_check_names(self) -> None:
+        """`d_mlp` defaults to 4 * d_model where a block has an MLP; activation, norm and position names are known."""
         if any(self.block_has_mlp(layer) for layer in range(self.n_layers)):
             if self.d_mlp is None:
                 self.d_mlp = 4 * self.d_model
@@ -404,6 +415,9 @@ class HookedTransformerConfig:
                 f"positional_embedding_type must be one of {POSITIONAL_EMBEDDING_TYPES}, "
                 f"got {self.positional_embedding_type!r}"
             )
+
+    def _fill_attention_sizes(self) -> None:
+        """Default the unembedding width and rotary dims; key/value heads divide the query heads."""
         if self.d_vocab_out == -1:
             self.d_vocab_out = self.d_vocab
         if self.rotary_dim is None:
@@ -416,6 +430,9 @@ class HookedTransformerConfig:
             self.n_key_value_heads = None  # plain multi-head attention
         if self.use_attn_in and self.uses_grouped_query_attention:
             raise ConfigError("use_attn_in is not supported with grouped-query attention (n_key_value_heads)")
+
+    def _fill_attention_scale_and_check_modes(self) -> None:
+        """The score scale (sqrt(d_head) unless given or turned off); direction, implementation, local windows."""
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
         if not self.use_attn_scale:
@@ -428,6 +445,9 @@ class HookedTransformerConfig:
         local_attn_ready = self.window_size is not None and attn_types is not None and len(attn_types) == self.n_layers
         if self.use_local_attn and not local_attn_ready:
             raise ConfigError("use_local_attn needs window_size and attn_types (one 'global'/'local' per layer)")
+
+    def _check_experts(self) -> None:
+        """Mixture-of-experts fields come together, on gated MLPs; qk-norm over the full width needs qk-norm."""
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ConfigError("num_experts and experts_per_token must be set together")
         if self.num_experts is not None and not self.gated_mlp:
@@ -436,7 +456,9 @@ class HookedTransformerConfig:
             raise ConfigError("full_width_qk_norm (qk-norm over n_heads * d_head) needs use_qk_norm=True")
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
-        self._check_mla_and_routing()
+
+    def _fill_derived_fields(self) -> None:
+        """The init scale, and the fields JSON reads back as other types (lists, dicts) in their own types."""
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
@@ -446,7 +468,6 @@ class HookedTransformerConfig:
             from hooked.core.vision_config import VisionLanguageConfig
 
             self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
-        self.n_params = self._count_params()
 
     def _check_layer_types(self) -> None:
         """`layer_types` names a known mixer per layer, and each recurrent mixer has its sizes."""
