@@ -23,10 +23,9 @@ def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef, comment_lines: set[
     """The lines of `node` (its signature and body) that hold code, less its docstring."""
     assert node.end_lineno is not None
     skip = set(comment_lines)
-    body = node.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-        if isinstance(body[0].value.value, str):
-            skip.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        skip.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))  # the docstring
     return sum(
         1 for number in range(node.lineno, node.end_lineno + 1) if number not in skip and lines[number - 1].strip()
     )
@@ -103,7 +102,7 @@ def test_a_long_function_is_caught_and_a_reason_excuses_it():
         assert function_sizes(excused)[0][3]
     decorated = f"# length: one table\n@staticmethod\ndef long(x):\n{body}"
     assert function_sizes(decorated)[0][3]
-    nested = f"class C:\n    def m(self):\n        def inner():\n            pass\n"
+    nested = "class C:\n    def m(self):\n        def inner():\n            pass\n"
     assert [name for name, *_ in function_sizes(nested)] == ["C.m", "C.m.inner"]
 
 
