@@ -577,18 +577,30 @@ class CacheAnalysisMixin:
             bp = pos_slice.apply(self._resid_like(), dim=-2).shape[:-1]
             stack = torch.zeros(0, *bp, out_dim, device=self._resid_like().device)
         if incl_remainder:
-            target = pos_slice.apply(self._resid_entering(layer, mlp_input), dim=-2)[None]  # [1, *bp, d_model]
-            if ln_folded:
-                target = self.apply_ln_to_stack(target, layer, mlp_input=mlp_input, pos_slice=pos_slice)
-            if project_2d is not None:
-                target = target @ project_2d.to(target.dtype)
-            stack = torch.cat([stack, target - stack.sum(0, keepdim=True)], dim=0)
+            stack = self._with_neuron_remainder(stack, layer, mlp_input, pos_slice, ln_folded, project_2d)
             labels.append("remainder")
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         if ln_folded and proj is None:
             mark_normalized(stack, Normalized(self._reader_name(layer, mlp_input)))
         return (stack, labels) if return_labels else stack
+
+    def _with_neuron_remainder(
+        self,
+        stack: torch.Tensor,  # [n_neurons, *bp, out]
+        layer: int,
+        mlp_input: bool,
+        pos_slice: Slice,
+        ln_folded: bool,
+        project_2d: torch.Tensor | None,  # [d_model, k]
+    ) -> torch.Tensor:  # [n_neurons + 1, *bp, out]
+        """`stack` with the residual stream read at `layer` minus the neurons' writes appended, treated as they are."""
+        target = pos_slice.apply(self._resid_entering(layer, mlp_input), dim=-2)[None]  # [1, *bp, d_model]
+        if ln_folded:
+            target = self.apply_ln_to_stack(target, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+        if project_2d is not None:
+            target = target @ project_2d.to(target.dtype)
+        return torch.cat([stack, target - stack.sum(0, keepdim=True)], dim=0)
 
     # -- norms and logits ----------------------------------------------------------------
     def apply_ln_to_stack(
