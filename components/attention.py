@@ -178,13 +178,7 @@ class Attention(AttentionBuffers, nn.Module):
         if cfg.clip_qkv is not None:  # after the qk-norm, as OLMoE (OLMo-1 has no qk-norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if self.rotary:
-            table_dtype = torch.float32 if cfg.rotary_tables_in_fp32 else q.dtype
-            if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
-                cos, sin = state.rotary_tables
-            elif "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
-                cos, sin = self._stored_cos_sin(state, table_dtype)
-            else:
-                cos, sin = state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
+            cos, sin = self._rotary_tables(state, q.dtype)
             q, k = self.hook_rot_q(self._rotate(q, cos, sin)), self.hook_rot_k(self._rotate(k, cos, sin))
         if state.past_kv_cache is not None:
             entry = state.past_kv_cache[self.layer]
@@ -201,6 +195,15 @@ class Attention(AttentionBuffers, nn.Module):
             z = torch.matmul(self._pattern(q, k, v.dtype, state), v)  # [batch, head, pos, d_head]
         z = self.hook_z(self._gate_z(z.transpose(1, 2), query_input))  # [batch, pos, head, d_head]
         return self._output(z)
+
+    def _rotary_tables(self, state: ForwardState, q_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(cos, sin)` for this forward's positions: the model's own, TransformerLens's stored, or built once."""
+        table_dtype = torch.float32 if self.cfg.rotary_tables_in_fp32 else q_dtype
+        if state.rotary_tables is not None:  # tables the model built (Qwen2.5-VL's 2-D and 3-D rotary)
+            return state.rotary_tables
+        if "rotary_cos" in self._buffers or "rotary_sin" in self._buffers:  # assigned or read TL tables
+            return self._stored_cos_sin(state, table_dtype)
+        return state.memo(self._rotary_key, lambda: self._cos_sin(state, table_dtype))
 
     def _gate_z(self, z: Float[torch.Tensor, "batch pos head d_head"], query_input: torch.Tensor) -> torch.Tensor:
         """`z` as `W_O` reads it (`GatedAttention`, Qwen3-Next: times a per-head gate of the input)."""
