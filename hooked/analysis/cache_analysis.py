@@ -865,24 +865,15 @@ class CacheAnalysisMixin:
                 ))  # fmt: skip
                 parts.append(neurons)
             else:
-                mlps, neuron_labels = _labelled(
-                    self.decompose_resid(
-                        layer,
-                        mlp_input=mlp_input,
-                        mode="mlp",
-                        pos_slice=pos_slice,
-                        incl_embeds=False,
-                        return_labels=True,
-                    )
-                )
+                mlps, neuron_labels = _labelled(self.decompose_resid(
+                    layer, mlp_input=mlp_input, mode="mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True
+                ))  # fmt: skip
                 parts.append(finish(mlps))
             labels += neuron_labels
-        mixers = [layer_i for layer_i in self.model.cfg.recurrent_layers if layer_i < layer + int(mlp_input)]
-        if mixers:  # a recurrent layer's write is one component (it has no heads or neurons)
-            self._require([("mixer_out", layer_i) for layer_i in mixers], "get_full_resid_decomposition")
-            writes = [pos_slice.apply(self["mixer_out", layer_i], dim=-2) for layer_i in mixers]
-            parts.append(finish(torch.stack(writes, dim=0)))  # [mixer layer, *bp, d_model]
-            labels += [f"{layer_i}_mixer_out" for layer_i in mixers]
+        mixers = self._recurrent_writes(layer + int(mlp_input), pos_slice)
+        if mixers is not None:  # a recurrent layer's write is one component (it has no heads or neurons)
+            parts.append(finish(mixers[0]))
+            labels += mixers[1]
         parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
         labels.append("embed")
         if self._has_pos_embed():
@@ -899,6 +890,15 @@ class CacheAnalysisMixin:
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         return (stack, labels) if return_labels else stack
+
+    def _recurrent_writes(self, before: int, pos_slice: Slice) -> tuple[torch.Tensor, list[str]] | None:
+        """The writes `[mixer layer, *bp, d_model]` of a hybrid's recurrent layers before `before`, labelled."""
+        mixers = [layer_i for layer_i in self.model.cfg.recurrent_layers if layer_i < before]
+        if not mixers:
+            return None
+        self._require([("mixer_out", layer_i) for layer_i in mixers], "get_full_resid_decomposition")
+        writes = [pos_slice.apply(self["mixer_out", layer_i], dim=-2) for layer_i in mixers]
+        return torch.stack(writes, dim=0), [f"{layer_i}_mixer_out" for layer_i in mixers]
 
 
 def _labelled(result: torch.Tensor | tuple[torch.Tensor, list[str]]) -> tuple[torch.Tensor, list[str]]:
