@@ -874,15 +874,9 @@ class CacheAnalysisMixin:
         if mixers is not None:  # a recurrent layer's write is one component (it has no heads or neurons)
             parts.append(finish(mixers[0]))
             labels += mixers[1]
-        parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
-        labels.append("embed")
-        if self._has_pos_embed():
-            parts.append(finish(pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
-            labels.append("pos_embed")
-        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)  # [d_model]
-        bias = bias.to(heads.dtype).expand(1, *heads.shape[1:-1], bias.shape[-1])  # [1, *bp, d_model]
-        parts.append(finish(bias))
-        labels.append("bias")
+        for name, part in self._embed_and_bias(layer, mlp_input, expand_neurons, pos_slice, heads):
+            parts.append(finish(part))
+            labels.append(name)
         stack = torch.cat(parts, dim=0)
         how = normalized_by(parts[0]) if apply_ln and proj is None and len(parts) else None
         if how is not None:
@@ -890,6 +884,17 @@ class CacheAnalysisMixin:
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         return (stack, labels) if return_labels else stack
+
+    def _embed_and_bias(
+        self, layer: int, mlp_input: bool, include_mlp_biases: bool, pos_slice: Slice, heads: torch.Tensor
+    ) -> list[tuple[str, torch.Tensor]]:
+        """The last components, each `[1, *bp, d_model]`: `embed`, `pos_embed` (if any) and the summed `bias`."""
+        parts = [("embed", pos_slice.apply(self["hook_embed"], dim=-2)[None])]
+        if self._has_pos_embed():
+            parts.append(("pos_embed", pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=include_mlp_biases)  # [d_model]
+        parts.append(("bias", bias.to(heads.dtype).expand(1, *heads.shape[1:-1], bias.shape[-1])))  # [1, *bp, d_model]
+        return parts
 
     def _recurrent_writes(self, before: int, pos_slice: Slice) -> tuple[torch.Tensor, list[str]] | None:
         """The writes `[mixer layer, *bp, d_model]` of a hybrid's recurrent layers before `before`, labelled."""
