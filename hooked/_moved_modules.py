@@ -5,6 +5,13 @@
 object, so `hooked.hook_points.HookPoint is hooked.core.hook_points.HookPoint`). New code
 imports the new paths; `hooked.utils` is the TransformerLens-compatible utilities
 (`hooked.compat.utils`, which holds everything in `hooked.core.utils` too).
+
+Compatibility with a date: an old path warns once, at its first import, with a
+`DeprecationWarning` naming the new path and `REMOVED_IN`, the release that drops it. The
+documented public modules (`PUBLIC_OLD_PATHS`) stay without a warning, as do TransformerLens's
+`transformer_lens.*` paths (`hooked.compat.alias_transformer_lens()`, a different mechanism).
+The module handed out keeps its own `__spec__`, so `importlib.reload` (and IPython's
+autoreload) of the new module reloads the new name.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
+import warnings
 
 # old path -> the module that now does its job
 MOVED_MODULES: dict[str, str] = {
@@ -54,18 +62,34 @@ MOVED_MODULES: dict[str, str] = {
     "hooked.weight_views": "hooked.models.weight_views_mixin",
 }
 
+# old paths documented as public (docs/architecture.md): they stay, without a warning
+PUBLIC_OLD_PATHS = frozenset({"hooked.interventions", "hooked.metrics", "hooked.utils"})
+# the release that removes every other old path
+REMOVED_IN = "0.3.0"
+
 
 class _Alias(importlib.abc.Loader):
-    """Loads an old path as the module it moved to (no new module object)."""
+    """Loads an old path as the module it moved to (no new module object, its `__spec__` kept)."""
 
     def __init__(self, target: str) -> None:
         self.target = target
+        self.target_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return importlib.import_module(self.target)
+        if spec.name not in PUBLIC_OLD_PATHS:
+            warnings.warn(
+                f"`{spec.name}` is an old module path, removed in hooked {REMOVED_IN}: import `{self.target}`",
+                DeprecationWarning,
+                stacklevel=2,  # the `import` line: warnings skips the import machinery's frames
+            )
+        module = importlib.import_module(self.target)
+        self.target_spec = module.__spec__
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        pass  # already executed under its own name
+        # already executed under its own name; the import system has just stamped the old path's
+        # spec on it: give the module its own back, so reloading it reloads the new name
+        module.__spec__ = self.target_spec
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

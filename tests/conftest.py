@@ -1,8 +1,20 @@
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+
+import tests
+
+# Tests import what users import: `hooked.*` only. The checkout's top-level folders (`components/`,
+# `loading/`) install as `hooked.components` and `hooked.loading`; with the checkout on `sys.path`
+# (`python -m pytest` puts the working directory there) they would also import as `components` and
+# `loading`: a second module object, a second run of module-level state. So the checkout leaves
+# `sys.path` (pytest's importlib import mode adds nothing back) and `tests.*` resolves through the
+# `tests` package, already imported.
+_CHECKOUT = Path(tests.__file__).resolve().parents[1]
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _CHECKOUT]
 
 # Runtime shape checks (tests/README.md): HOOKED_TYPECHECK=1 wraps every function of `hooked` in
 # jaxtyping + beartype, so the unit tier checks the library's annotations on every call. The hook

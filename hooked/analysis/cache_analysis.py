@@ -594,18 +594,30 @@ class CacheAnalysisMixin:
             bp = pos_slice.apply(self._resid_like(), dim=-2).shape[:-1]
             stack = torch.zeros(0, *bp, out_dim, device=self._resid_like().device)
         if incl_remainder:
-            target = pos_slice.apply(self._resid_entering(layer, mlp_input), dim=-2)[None]  # [1, *bp, d_model]
-            if ln_folded:
-                target = self.apply_ln_to_stack(target, layer, mlp_input=mlp_input, pos_slice=pos_slice)
-            if project_2d is not None:
-                target = target @ project_2d.to(target.dtype)
-            stack = torch.cat([stack, target - stack.sum(0, keepdim=True)], dim=0)
+            stack = self._with_neuron_remainder(stack, layer, mlp_input, pos_slice, ln_folded, project_2d)
             labels.append("remainder")
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         if ln_folded and proj is None:
             mark_normalized(stack, Normalized(self._reader_name(layer, mlp_input)))
         return (stack, labels) if return_labels else stack
+
+    def _with_neuron_remainder(
+        self,
+        stack: torch.Tensor,  # [n_neurons, *bp, out]
+        layer: int,
+        mlp_input: bool,
+        pos_slice: Slice,
+        ln_folded: bool,
+        project_2d: torch.Tensor | None,  # [d_model, k]
+    ) -> torch.Tensor:  # [n_neurons + 1, *bp, out]
+        """`stack` with the residual stream read at `layer` minus the neurons' writes appended, treated as they are."""
+        target = pos_slice.apply(self._resid_entering(layer, mlp_input), dim=-2)[None]  # [1, *bp, d_model]
+        if ln_folded:
+            target = self.apply_ln_to_stack(target, layer, mlp_input=mlp_input, pos_slice=pos_slice)
+        if project_2d is not None:
+            target = target @ project_2d.to(target.dtype)
+        return torch.cat([stack, target - stack.sum(0, keepdim=True)], dim=0)
 
     # -- norms and logits ----------------------------------------------------------------
     def apply_ln_to_stack(
@@ -873,33 +885,18 @@ class CacheAnalysisMixin:
                 ))  # fmt: skip
                 parts.append(neurons)
             else:
-                mlps, neuron_labels = _labelled(
-                    self.decompose_resid(
-                        layer,
-                        mlp_input=mlp_input,
-                        mode="mlp",
-                        pos_slice=pos_slice,
-                        incl_embeds=False,
-                        return_labels=True,
-                    )
-                )
+                mlps, neuron_labels = _labelled(self.decompose_resid(
+                    layer, mlp_input=mlp_input, mode="mlp", pos_slice=pos_slice, incl_embeds=False, return_labels=True
+                ))  # fmt: skip
                 parts.append(finish(mlps))
             labels += neuron_labels
-        mixers = [layer_i for layer_i in self.model.cfg.recurrent_layers if layer_i < layer + int(mlp_input)]
-        if mixers:  # a recurrent layer's write is one component (it has no heads or neurons)
-            self._require([("mixer_out", layer_i) for layer_i in mixers], "get_full_resid_decomposition")
-            writes = [pos_slice.apply(self["mixer_out", layer_i], dim=-2) for layer_i in mixers]
-            parts.append(finish(torch.stack(writes, dim=0)))  # [mixer layer, *bp, d_model]
-            labels += [f"{layer_i}_mixer_out" for layer_i in mixers]
-        parts.append(finish(pos_slice.apply(self["hook_embed"], dim=-2)[None]))
-        labels.append("embed")
-        if self._has_pos_embed():
-            parts.append(finish(pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
-            labels.append("pos_embed")
-        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)  # [d_model]
-        bias = bias.to(heads.dtype).expand(1, *heads.shape[1:-1], bias.shape[-1])  # [1, *bp, d_model]
-        parts.append(finish(bias))
-        labels.append("bias")
+        mixers = self._recurrent_writes(layer + int(mlp_input), pos_slice)
+        if mixers is not None:  # a recurrent layer's write is one component (it has no heads or neurons)
+            parts.append(finish(mixers[0]))
+            labels += mixers[1]
+        for name, part in self._embed_and_bias(layer, mlp_input, expand_neurons, pos_slice, heads):
+            parts.append(finish(part))
+            labels.append(name)
         stack = torch.cat(parts, dim=0)
         how = normalized_by(parts[0]) if apply_ln and proj is None and len(parts) else None
         if how is not None:
@@ -907,6 +904,26 @@ class CacheAnalysisMixin:
         if proj is not None and proj.ndim == 1:
             stack = stack.squeeze(-1)
         return (stack, labels) if return_labels else stack
+
+    def _embed_and_bias(
+        self, layer: int, mlp_input: bool, include_mlp_biases: bool, pos_slice: Slice, heads: torch.Tensor
+    ) -> list[tuple[str, torch.Tensor]]:
+        """The last components, each `[1, *bp, d_model]`: `embed`, `pos_embed` (if any) and the summed `bias`."""
+        parts = [("embed", pos_slice.apply(self["hook_embed"], dim=-2)[None])]
+        if self._has_pos_embed():
+            parts.append(("pos_embed", pos_slice.apply(self["hook_pos_embed"], dim=-2)[None]))
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=include_mlp_biases)  # [d_model]
+        parts.append(("bias", bias.to(heads.dtype).expand(1, *heads.shape[1:-1], bias.shape[-1])))  # [1, *bp, d_model]
+        return parts
+
+    def _recurrent_writes(self, before: int, pos_slice: Slice) -> tuple[torch.Tensor, list[str]] | None:
+        """The writes `[mixer layer, *bp, d_model]` of a hybrid's recurrent layers before `before`, labelled."""
+        mixers = [layer_i for layer_i in self.model.cfg.recurrent_layers if layer_i < before]
+        if not mixers:
+            return None
+        self._require([("mixer_out", layer_i) for layer_i in mixers], "get_full_resid_decomposition")
+        writes = [pos_slice.apply(self["mixer_out", layer_i], dim=-2) for layer_i in mixers]
+        return torch.stack(writes, dim=0), [f"{layer_i}_mixer_out" for layer_i in mixers]
 
 
 def _labelled(result: torch.Tensor | tuple[torch.Tensor, list[str]]) -> tuple[torch.Tensor, list[str]]:

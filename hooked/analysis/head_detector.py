@@ -133,19 +133,7 @@ def detect_head(
         scores = [detect_head(model, s, detection_pattern, heads, **options) for s in prompts]
         return torch.stack(scores).mean(0)
     tokens = prompts[None] if isinstance(prompts, torch.Tensor) else model.to_tokens(prompts)  # [1, pos]
-    seq_len = tokens.shape[-1]
-    if isinstance(detection_pattern, str):
-        if detection_pattern not in HEAD_NAMES:
-            raise InputError(f"Unknown head type {detection_pattern!r}; supported: {get_supported_heads()}")
-        detection_pattern = _BUILDERS[detection_pattern](tokens.cpu())
-    if error_measure == "mul" and not set(detection_pattern.unique().tolist()) <= {0, 1}:
-        logger.warning("error_measure 'mul' expects a binary detection pattern (0s and 1s)")
-    if not 1 < seq_len < cfg.n_ctx:
-        raise InputError(f"The sequence has {seq_len} tokens; it needs more than 1 and fewer than n_ctx={cfg.n_ctx}")
-    if detection_pattern.shape != (seq_len, seq_len):
-        raise InputError(f"The detection pattern must be {(seq_len, seq_len)}, got {tuple(detection_pattern.shape)}")
-    if not is_lower_triangular(detection_pattern):
-        raise InputError("The detection pattern must be lower triangular")
+    detection_pattern = _checked_pattern(detection_pattern, tokens, error_measure, cfg.n_ctx)
     if cache is None:
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name.endswith("hook_pattern"))
     else:
@@ -158,6 +146,29 @@ def detect_head(
         for head in layer_heads:
             scores[layer, head] = compute_head_attention_similarity_score(pattern[head], detection_pattern, **options)
     return scores
+
+
+def _checked_pattern(
+    detection_pattern: torch.Tensor | HeadName,
+    tokens: Int[torch.Tensor, "1 pos"],
+    error_measure: ErrorMeasure,
+    n_ctx: int,
+) -> torch.Tensor:  # [pos, pos], whatever its dtype (checked here, so not in the annotation)
+    """The detection pattern for `tokens` (built from a head name), checked: `[pos, pos]` and lower triangular."""
+    seq_len = tokens.shape[-1]
+    if isinstance(detection_pattern, str):
+        if detection_pattern not in HEAD_NAMES:
+            raise InputError(f"Unknown head type {detection_pattern!r}; supported: {get_supported_heads()}")
+        detection_pattern = _BUILDERS[detection_pattern](tokens.cpu())
+    if error_measure == "mul" and not set(detection_pattern.unique().tolist()) <= {0, 1}:
+        logger.warning("error_measure 'mul' expects a binary detection pattern (0s and 1s)")
+    if not 1 < seq_len < n_ctx:
+        raise InputError(f"The sequence has {seq_len} tokens; it needs more than 1 and fewer than n_ctx={n_ctx}")
+    if detection_pattern.shape != (seq_len, seq_len):
+        raise InputError(f"The detection pattern must be {(seq_len, seq_len)}, got {tuple(detection_pattern.shape)}")
+    if not is_lower_triangular(detection_pattern):
+        raise InputError("The detection pattern must be lower triangular")
+    return detection_pattern
 
 
 def _token_rows(tokens: Int[torch.Tensor, "..."], d_vocab: int) -> list[Int[torch.Tensor, "pos"]]:

@@ -431,6 +431,7 @@ class HookedTransformerConfig:
     """Must stay False: quantized weights are out of hooked's scope (True raises)."""
 
     def __post_init__(self) -> None:
+        """Fill the defaults that depend on other fields, then refuse inconsistent fields (named steps, in order)."""
         if self.load_in_4bit:
             raise NotImplementedError("load_in_4bit: quantized weights are out of hooked's scope; load in fp32/bf16")
         if isinstance(self.dtype, str):
@@ -442,6 +443,16 @@ class HookedTransformerConfig:
                 raise ConfigError(f"n_heads=-1 needs d_head ({self.d_head}) to divide d_model ({self.d_model})")
             self.n_heads = self.d_model // self.d_head
         self._check_layer_types()
+        self._fill_mlp_and_check_names()
+        self._fill_attention_sizes()
+        self._fill_attention_scale_and_check_modes()
+        self._check_experts()
+        self._check_mla_and_routing()
+        self._fill_derived_fields()
+        self.n_params = self._count_params()
+
+    def _fill_mlp_and_check_names(self) -> None:
+        """`d_mlp` defaults to 4 * d_model where a block has an MLP; activation, norm and position names are known."""
         if any(self.block_has_mlp(layer) for layer in range(self.n_layers)):
             if self.d_mlp is None:
                 self.d_mlp = 4 * self.d_model
@@ -458,6 +469,9 @@ class HookedTransformerConfig:
                 f"positional_embedding_type must be one of {POSITIONAL_EMBEDDING_TYPES}, "
                 f"got {self.positional_embedding_type!r}"
             )
+
+    def _fill_attention_sizes(self) -> None:
+        """Default the unembedding width and rotary dims; key/value heads divide the query heads."""
         if self.d_vocab_out == -1:
             self.d_vocab_out = self.d_vocab
         if self.rotary_dim is None:
@@ -470,6 +484,9 @@ class HookedTransformerConfig:
             self.n_key_value_heads = None  # plain multi-head attention
         if self.use_attn_in and self.uses_grouped_query_attention:
             raise ConfigError("use_attn_in is not supported with grouped-query attention (n_key_value_heads)")
+
+    def _fill_attention_scale_and_check_modes(self) -> None:
+        """The score scale (sqrt(d_head) unless given or turned off); direction, implementation, local windows."""
         if self.use_attn_scale and self.attn_scale == -1.0:
             self.attn_scale = math.sqrt(self.d_head)
         if not self.use_attn_scale:
@@ -482,6 +499,9 @@ class HookedTransformerConfig:
         local_attn_ready = self.window_size is not None and attn_types is not None and len(attn_types) == self.n_layers
         if self.use_local_attn and not local_attn_ready:
             raise ConfigError("use_local_attn needs window_size and attn_types (one 'global'/'local' per layer)")
+
+    def _check_experts(self) -> None:
+        """Mixture-of-experts fields come together, on gated MLPs; qk-norm over the full width needs qk-norm."""
         if (self.num_experts is None) != (self.experts_per_token is None):
             raise ConfigError("num_experts and experts_per_token must be set together")
         if self.num_experts is not None and not self.gated_mlp:
@@ -493,7 +513,9 @@ class HookedTransformerConfig:
         self._check_per_layer_fields()
         if self.shared_expert_d_mlp is not None and self.num_experts is None:
             raise ConfigError("shared_expert_d_mlp needs num_experts (it is the always-on expert of a MoE layer)")
-        self._check_mla_and_routing()
+
+    def _fill_derived_fields(self) -> None:
+        """The init scale, and the fields JSON reads back as other types (lists, dicts) in their own types."""
         if self.initializer_range < 0:
             self.initializer_range = 0.8 / math.sqrt(self.d_model) if self.init_mode == "gpt2" else 1.0
         self.weight_processing = tuple(self.weight_processing)
@@ -503,7 +525,6 @@ class HookedTransformerConfig:
             from hooked.core.vision_config import VisionLanguageConfig
 
             self.vision_language = VisionLanguageConfig.from_dict(self.vision_language)
-        self.n_params = self._count_params()
 
     def _check_per_layer_fields(self) -> None:
         """Per-layer lists have one entry per layer; per-layer inputs name their table."""
@@ -532,6 +553,13 @@ class HookedTransformerConfig:
                 f"layer_types must name one of {LAYER_TYPES} for each of the {self.n_layers} layers, got "
                 f"{self.layer_types!r}"
             )
+        self._refuse_what_hybrid_blocks_lack()
+        if "mlp" in self.layer_types and not self.single_sublayer_blocks:
+            raise ConfigError("an 'mlp' layer (a block with no token mixer) needs single_sublayer_blocks=True")
+        self._check_mixer_sizes()
+
+    def _refuse_what_hybrid_blocks_lack(self) -> None:
+        """Hybrid blocks have no parallel or post-sublayer norms, no KV sharing and no activation sparsity."""
         unsupported = [f for f in _NOT_IN_HYBRID_BLOCKS if getattr(self, f)]
         if any(source is not None for source in self.kv_shared_from or ()):
             unsupported.append("kv_shared_from")
@@ -539,8 +567,10 @@ class HookedTransformerConfig:
             unsupported.append("activation_sparsity")
         if unsupported:
             raise ConfigError(f"layer_types (hybrid blocks) do not support {', '.join(unsupported)}")
-        if "mlp" in self.layer_types and not self.single_sublayer_blocks:
-            raise ConfigError("an 'mlp' layer (a block with no token mixer) needs single_sublayer_blocks=True")
+
+    def _check_mixer_sizes(self) -> None:
+        """Each recurrent mixer named in `layer_types` has its sizes, and Mamba-2's heads and groups divide."""
+        assert self.layer_types is not None
         needs = {
             "mamba": ("ssm_d_state", "ssm_d_inner", "ssm_dt_rank"),
             "mamba2": ("ssm_d_state", "ssm_d_inner", "ssm_n_heads"),

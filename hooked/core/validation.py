@@ -259,15 +259,20 @@ def check_generate_args(
     if seed is not None and not _is_int(seed):
         raise InputTypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
     if eos_token_id is not None:
-        ids = [eos_token_id] if _is_int(eos_token_id) else eos_token_id
-        if not _iterable(ids) or isinstance(ids, str) or not all(_is_int(i) for i in ids):
-            raise InputTypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
-        ids = list(ids)
-        if not ids:
-            raise InputError("eos_token_id is an empty list: pass None to use the tokenizer's EOS")
-        bad = [] if d_vocab is None else [i for i in ids if not 0 <= i < d_vocab]
-        if bad:
-            raise InputError(f"eos_token_id {bad[0]} is outside the vocabulary [0, {d_vocab})")
+        _check_eos_token_id(eos_token_id, d_vocab)
+
+
+def _check_eos_token_id(eos_token_id: Any, d_vocab: int | None) -> None:
+    """An int or a non-empty list of ints, each in the vocabulary (`d_vocab=None`: not range-checked)."""
+    ids = [eos_token_id] if _is_int(eos_token_id) else eos_token_id
+    if not _iterable(ids) or isinstance(ids, str) or not all(_is_int(i) for i in ids):
+        raise InputTypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+    ids = list(ids)
+    if not ids:
+        raise InputError("eos_token_id is an empty list: pass None to use the tokenizer's EOS")
+    bad = [] if d_vocab is None else [i for i in ids if not 0 <= i < d_vocab]
+    if bad:
+        raise InputError(f"eos_token_id {bad[0]} is outside the vocabulary [0, {d_vocab})")
 
 
 # -- small predicates ------------------------------------------------------------------------------

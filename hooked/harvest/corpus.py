@@ -181,19 +181,28 @@ def iter_contexts(corpus: Corpus, tokenizer, context_length: int, tokenization: 
     if tokenization not in TOKENIZATIONS:
         raise InputError(f"tokenization={tokenization!r}: choose 'concat' or 'document'.")
     bos, eos, _ = special_ids(tokenizer)
+    split = _document_contexts if tokenization == "document" else _concat_contexts
+    yield from split(corpus, tokenizer, context_length, bos, eos)
+
+
+def _document_contexts(corpus: Corpus, tokenizer, context_length: int, bos: int, eos: int):
+    """Each document its own contexts: BOS, then up to `context_length - 1` of its tokens (the last one shorter)."""
     body = context_length - 1
-    if tokenization == "document":
-        for doc, i, is_context in _token_stream(corpus, tokenizer, context_length):
-            if is_context:
-                yield doc, torch.full_like(doc, i)
-                continue
-            for start in range(0, doc.numel(), body):
-                piece = doc[start : start + body]
-                yield (
-                    torch.cat([torch.tensor([bos]), piece]),
-                    torch.cat([torch.tensor([-1]), torch.full_like(piece, i)]),
-                )
-        return
+    for doc, i, is_context in _token_stream(corpus, tokenizer, context_length):
+        if is_context:
+            yield doc, torch.full_like(doc, i)
+            continue
+        for start in range(0, doc.numel(), body):
+            piece = doc[start : start + body]
+            yield (
+                torch.cat([torch.tensor([bos]), piece]),
+                torch.cat([torch.tensor([-1]), torch.full_like(piece, i)]),
+            )
+
+
+def _concat_contexts(corpus: Corpus, tokenizer, context_length: int, bos: int, eos: int):
+    """TransformerLens's `tokenize_and_concatenate`: documents joined with EOS, cut into BOS + `context_length - 1`."""
+    body = context_length - 1
     buf, idx, n = [], [], 0
     for doc, i, is_context in _token_stream(corpus, tokenizer, context_length):
         if is_context:

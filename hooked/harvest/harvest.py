@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,6 @@ def harvest(
     rank, world = distributed.setup()
     stop = stop_layer(hooks, model.cfg.n_layers)
     shapes = _feature_shapes(model, hooks, stop)
-    layout = "contexts" if tokenization == "concat" and positions != "last" else "rows"
     if rank == 0:
         writer.check_writable(out)
     distributed.barrier()
@@ -93,12 +93,9 @@ def harvest(
     manifests = writer.read_manifests(out)
     planned = plan(iter_contexts(corpus, model.tokenizer, context_length, tokenization), max_tokens, PLAN_LIMIT_TOKENS)
     if batches_per_shard is None:
+        n_batches = planned.n_batches(batch_size) or _estimate_batches(max_tokens, context_length, batch_size)
         batches_per_shard = _resumed_batches_per_shard(manifests) or default_batches_per_shard(
-            shapes,
-            dtype,
-            context_length,
-            batch_size,
-            planned.n_batches(batch_size) or _estimate_batches(max_tokens, context_length, batch_size),
+            shapes, dtype, context_length, batch_size, n_batches
         )
     args = dict(
         hooks=hooks,
@@ -115,53 +112,63 @@ def harvest(
         model=model.cfg.model_name, config_sha256=config_hash(model.cfg), corpus_fingerprint=corpus.fingerprint, **args
     )
     writer.check_same_identity(out, manifests, identity)
-    done = writer.completed_shards(manifests)
-    own = [s for s in done.values() if s["index"] % world == rank]  # with world 1: every completed shard
-    manifest = dict(
-        format=writer.FORMAT,
-        identity=identity,
-        model=dict(name=model.cfg.model_name, id=model_id, revision=getattr(model.cfg, "revision", None)),
-        layout=layout,
-        stop_at_layer=stop,
-        hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()},
-        corpus=str(corpus.source),
-        world_size=world,
-        rank=rank,
-        shards=own,
-        complete=False,
-    )
-    shard_writer = writer.ShardWriter(out, manifest, rank, world)
+    layout = "contexts" if tokenization == "concat" and positions != "last" else "rows"
+    job = _Job(model, hooks, stop, dtype, args, layout, writer.completed_shards(manifests), rank, world)
+    shard_writer = writer.ShardWriter(out, _new_manifest(job, identity, shapes, corpus, model_id), rank, world)
     total = planned.n_tokens if planned.n_tokens is not None else max_tokens
     start = time.perf_counter()
-    try:
-        stats = _run(
-            model,
-            planned.contexts,
-            corpus,
-            hooks,
-            stop,
-            dtype,
-            args,
-            layout,
-            done,
-            rank,
-            world,
-            shard_writer,
-            progress,
-            total,
-        )
-    except KeyboardInterrupt:
-        kept = shard_writer.abort()
-        raise writer.HarvestInterrupted(_interrupted_message(out, kept, total)) from None
-    except BaseException:
-        shard_writer.abort()
-        raise
+    stats = _run_keeping_shards(job, planned.contexts, corpus, shard_writer, progress, total, out)
     manifest = shard_writer.close(complete=True)
     elapsed = time.perf_counter() - start
     if world > 1:
         manifest = distributed.merge_manifests(out, rank, world)
     _summary(out, manifest, stats, elapsed)
     return manifest
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one rank's batch loop needs, fixed for the whole harvest."""
+
+    model: Any
+    hooks: list[str]
+    stop: int | None  # the forward stops after this block (None: every block)
+    dtype: torch.dtype  # the stored dtype
+    args: dict  # the harvest's arguments, as in the manifest's identity
+    layout: str  # "contexts" ([contexts, pos, ...]) or "rows" ([rows, ...])
+    done: dict  # shard index -> its manifest entry, for shards a previous run completed
+    rank: int
+    world: int
+
+
+def _new_manifest(job: _Job, identity: dict, shapes: dict, corpus: Corpus, model_id: str | None) -> dict:
+    """This rank's manifest before its first new shard: the completed shards it owns (with world 1: every one)."""
+    cfg = job.model.cfg
+    return dict(
+        format=writer.FORMAT,
+        identity=identity,
+        model=dict(name=cfg.model_name, id=model_id, revision=getattr(cfg, "revision", None)),
+        layout=job.layout,
+        stop_at_layer=job.stop,
+        hooks={h: dict(row_shape=list(s)) for h, s in shapes.items()},
+        corpus=str(corpus.source),
+        world_size=job.world,
+        rank=job.rank,
+        shards=[s for s in job.done.values() if s["index"] % job.world == job.rank],
+        complete=False,
+    )
+
+
+def _run_keeping_shards(job: _Job, contexts, corpus, shard_writer, progress: bool, total: int | None, out: Path):
+    """`_run`, and on any failure the shards already written kept in the manifest (Ctrl-C: say how to resume)."""
+    try:
+        return _run(job, contexts, corpus, shard_writer, progress, total)
+    except KeyboardInterrupt:
+        kept = shard_writer.abort()
+        raise writer.HarvestInterrupted(_interrupted_message(out, kept, total)) from None
+    except BaseException:
+        shard_writer.abort()
+        raise
 
 
 def default_batches_per_shard(
@@ -261,96 +268,95 @@ def _forward(model, batch: Batch, hooks, stop, dtype, layout: str, positions: st
     return dict(acts, **{k: v.contiguous() for k, v in meta.items()})
 
 
-def _run(
-    model,
-    contexts,
-    corpus,
-    hooks,
-    stop,
-    dtype,
-    args,
-    layout,
-    done,
-    rank,
-    world,
-    shard_writer,
-    progress,
-    total: int | None,
-) -> dict:
-    """The batch loop: forward batch i while batch i-1 reaches the host; hand finished shards to the writer."""
+def _run(job: _Job, contexts, corpus, shard_writer, progress: bool, total: int | None) -> dict:
+    """The batch loop with its progress bar; refuses a corpus too short for one context."""
     from tqdm.auto import tqdm
 
-    _, _, pad = special_ids(model.tokenizer)
-    batches = iter_batches(contexts, args["batch_size"], args["max_tokens"], pad)
-    bps = args["batches_per_shard"]
-    initial = sum(s["tokens"] for s in shard_writer.manifest["shards"])
+    _, _, pad = special_ids(job.model.tokenizer)
+    batches = iter_batches(contexts, job.args["batch_size"], job.args["max_tokens"], pad)
     bar = tqdm(
-        total=-(-total // world) if total else None,
-        initial=initial,
+        total=-(-total // job.world) if total else None,
+        initial=sum(s["tokens"] for s in shard_writer.manifest["shards"]),
         unit="tok",
         unit_scale=True,
         disable=not progress,
-        desc="harvest" if world == 1 else f"harvest rank {rank}",
+        desc="harvest" if job.world == 1 else f"harvest rank {job.rank}",
     )
     stats = dict(tokens=0, rows=0, shards=0, skipped=0)
-    parts: list[dict] = []
-    shard_of_parts = pending = None
-
-    def submit() -> None:
-        tensors = {k: torch.cat([p[k] for p in parts]) for k in parts[0] if k != "n_tokens"}
-        record = dict(
-            contexts=int(tensors["context_index"].unique().numel()),
-            rows=_n_rows(tensors, layout),
-            tokens=sum(p["n_tokens"] for p in parts),
-        )
-        shard_writer.submit(shard_of_parts, tensors, record)
-        stats["shards"] += 1
-        stats["rows"] += record["rows"]
-
-    def finish(item) -> None:
-        nonlocal parts, shard_of_parts
-        shard, result, event = item
-        if event is not None:
-            event.synchronize()
-        if parts and shard != shard_of_parts:
-            submit()
-            parts = []
-        parts.append(result)
-        shard_of_parts = shard
-        bar.update(result["n_tokens"])
-        stats["tokens"] += result["n_tokens"]
-        if len(parts) == bps:  # the shard is whole: to the writer now, so that a kill loses as little as possible
-            submit()
-            parts = []
-
-    n_contexts = 0
     try:
-        for i, batch in enumerate(batches):
-            shard, first = i // bps, n_contexts
-            n_contexts += batch.tokens.shape[0]
-            if shard % world != rank or shard in done:
-                stats["skipped"] += 1
-                continue
-            result = _forward(model, batch, hooks, stop, dtype, layout, args["positions"], first)
-            result["n_tokens"] = batch.n_tokens
-            event = torch.cuda.Event() if torch.device(model.cfg.device).type == "cuda" else None
-            if event is not None:
-                event.record()
-            if pending is not None:
-                finish(pending)
-            pending = (shard, result, event)
-        if pending is not None:
-            finish(pending)
-        if parts:
-            submit()
+        n_contexts = _forward_batches(job, batches, _ShardParts(shard_writer, job, bar, stats), stats)
     finally:
         bar.close()
     if n_contexts == 0:
         raise InputError(
-            f"The corpus {corpus.source!s} gives no context of {args['context_length']} tokens: it is "
+            f"The corpus {corpus.source!s} gives no context of {job.args['context_length']} tokens: it is "
             f"empty or shorter than one context. Use a larger corpus or a shorter --context-length."
         )
     return stats
+
+
+def _forward_batches(job: _Job, batches, shards: _ShardParts, stats: dict) -> int:
+    """Forward batch i while batch i-1 reaches the host (skipping other ranks' and done shards); returns contexts."""
+    bps = job.args["batches_per_shard"]
+    pending = None
+    n_contexts = 0
+    for i, batch in enumerate(batches):
+        shard, first = i // bps, n_contexts
+        n_contexts += batch.tokens.shape[0]
+        if shard % job.world != job.rank or shard in job.done:
+            stats["skipped"] += 1
+            continue
+        result = _forward(job.model, batch, job.hooks, job.stop, job.dtype, job.layout, job.args["positions"], first)
+        result["n_tokens"] = batch.n_tokens
+        event = torch.cuda.Event() if torch.device(job.model.cfg.device).type == "cuda" else None
+        if event is not None:
+            event.record()
+        if pending is not None:
+            shards.add(*pending)
+        pending = (shard, result, event)
+    if pending is not None:
+        shards.add(*pending)
+    shards.flush()
+    return n_contexts
+
+
+class _ShardParts:
+    """Gathers consecutive batches' results into shards and hands each whole shard to the writer at once."""
+
+    def __init__(self, shard_writer, job: _Job, bar, stats: dict) -> None:
+        self.shard_writer, self.layout, self.bar, self.stats = shard_writer, job.layout, bar, stats
+        self.batches_per_shard = job.args["batches_per_shard"]
+        self.parts: list[dict] = []
+        self.shard: int | None = None  # the shard the parts belong to
+
+    def add(self, shard: int, result: dict, event) -> None:
+        """One batch's result, once its copy to the host (`event`) is done."""
+        if event is not None:
+            event.synchronize()
+        if self.parts and shard != self.shard:
+            self.flush()
+        self.parts.append(result)
+        self.shard = shard
+        self.bar.update(result["n_tokens"])
+        self.stats["tokens"] += result["n_tokens"]
+        if len(self.parts) == self.batches_per_shard:  # whole: to the writer now, so that a kill loses little
+            self.flush()
+
+    def flush(self) -> None:
+        """Submit the parts gathered so far as their shard (nothing when there are none)."""
+        if not self.parts:
+            return
+        parts = self.parts
+        tensors = {k: torch.cat([p[k] for p in parts]) for k in parts[0] if k != "n_tokens"}
+        record = dict(
+            contexts=int(tensors["context_index"].unique().numel()),
+            rows=_n_rows(tensors, self.layout),
+            tokens=sum(p["n_tokens"] for p in parts),
+        )
+        self.shard_writer.submit(self.shard, tensors, record)
+        self.stats["shards"] += 1
+        self.stats["rows"] += record["rows"]
+        self.parts = []
 
 
 def _n_rows(tensors: dict, layout: str) -> int:

@@ -427,7 +427,7 @@ def refactor_factored_attn_matrices(sd: StateDict, cfg: HookedTransformerConfig,
 # -- the pipeline ------------------------------------------------------------------------------
 
 
-def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, int]:
+def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, int]:  # noqa: C901 (split with the seams work, #41)
     """Why `step` must not run on this model (None if it may), and the log level to say it at.
 
     A step already recorded in `cfg.weight_processing` is skipped, which makes processing

@@ -131,15 +131,8 @@ def encode(body: dict, tensors: dict[str, torch.Tensor] | None = None) -> bytes:
 
 
 def _check_header(data: bytes, limits: Limits) -> dict:
-    if len(data) > limits.max_body_bytes:
-        raise WireError(f"body of {len(data)} bytes exceeds the limit of {limits.max_body_bytes}", 413)
-    if len(data) < 8:
-        raise WireError("body is not a safetensors message (shorter than its 8-byte header length)", 400)
-    (n,) = struct.unpack("<Q", data[:8])
-    if 8 + n > len(data):
-        raise WireError(f"not a safetensors message: its header claims {n} bytes, the body has {len(data) - 8}", 400)
-    if n > limits.max_header_bytes:
-        raise WireError(f"safetensors header of {n} bytes exceeds the limit of {limits.max_header_bytes}", 413)
+    """The safetensors header of `data`, checked: within the limits, strict JSON, tensors tiling the body."""
+    n = _header_length(data, limits)
     try:
         text = data[8 : 8 + n].decode("utf-8")
     except UnicodeDecodeError:
@@ -161,6 +154,20 @@ def _check_header(data: bytes, limits: Limits) -> dict:
     if 8 + n + cursor != len(data):
         raise WireError(f"the tensors cover {cursor} bytes but the body holds {len(data) - 8 - n}", 400)
     return header
+
+
+def _header_length(data: bytes, limits: Limits) -> int:
+    """The header length that the first 8 bytes state, checked against the body and the limits."""
+    if len(data) > limits.max_body_bytes:
+        raise WireError(f"body of {len(data)} bytes exceeds the limit of {limits.max_body_bytes}", 413)
+    if len(data) < 8:
+        raise WireError("body is not a safetensors message (shorter than its 8-byte header length)", 400)
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise WireError(f"not a safetensors message: its header claims {n} bytes, the body has {len(data) - 8}", 400)
+    if n > limits.max_header_bytes:
+        raise WireError(f"safetensors header of {n} bytes exceeds the limit of {limits.max_header_bytes}", 413)
+    return n
 
 
 def _check_entry(name: str, entry, limits: Limits) -> tuple[int, int]:

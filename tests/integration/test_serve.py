@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked import HookedTransformer, metrics, patching, remote
+from hooked import HookedTransformer, metrics, remote
 from hooked import interventions as iv
+from hooked.analysis import patching
 from hooked.circuits import attribution_patch
 from hooked.serve import start_in_thread
 from tests.integration.serve_models import TOKENS, save_tiny

@@ -15,8 +15,9 @@ import httpx
 import pytest
 import torch
 
-from hooked import HookedTransformer, metrics, patching, remote
+from hooked import HookedTransformer, metrics, remote
 from hooked import interventions as iv
+from hooked.analysis import patching
 from tests.integration.serve_models import TOKENS, save_tiny
 
 pytestmark = pytest.mark.slow

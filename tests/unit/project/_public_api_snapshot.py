@@ -1,27 +1,31 @@
-"""Write the public API of a `hooked` tree as `module:name` lines (the data of test_public_api.py).
+"""Write the public API of `hooked` trees as `module:name` lines (the data of test_public_api.py).
 
-public_api.txt was made from the tree before the restructure (commit f163b73), so that every
-name a user could import then is still importable now. To remake it (or to snapshot another
-tree), lay the tree out as it installs, `components/` and `loading/` inside `hooked/`, and run
-this script against that copy:
+public_api.txt is made from two trees: the tree before the restructure (commit f163b73), so
+that every name a user could import then is still importable now, and the tree of the commit
+that last remade it, so that today's API stays. To remake it, lay each tree out as it installs,
+`components/` and `loading/` inside `hooked/`, and run this script against the copies:
 
-    mkdir /tmp/old && git archive f163b73 hooked components loading | tar -x -C /tmp/old
-    mv /tmp/old/components /tmp/old/loading /tmp/old/hooked/
-    .venv/bin/python tests/unit/project/_public_api_snapshot.py /tmp/old > tests/unit/project/public_api.txt
+    for tree in f163b73 HEAD; do mkdir -p /tmp/api/$tree && git archive $tree hooked components loading \
+        | tar -x -C /tmp/api/$tree && mv /tmp/api/$tree/components /tmp/api/$tree/loading /tmp/api/$tree/hooked/; done
+    .venv/bin/python tests/unit/project/_public_api_snapshot.py /tmp/api/f163b73 /tmp/api/HEAD \
+        > tests/unit/project/public_api.txt
 
 A line `module:` (empty name) says the module imports; `module:name` says it has that attribute.
-Listed per module: every name not starting with `_` that the module defines (def, class,
-assignment) or imports from `hooked` (a re-export), plus its `__all__`. Names imported from
-outside `hooked` (`torch`, `Float`, `Any`, `logging`) and module objects are left out: they are
-not this library's API. Then the `transformer_lens.*` paths of `hooked.compat.aliasing.TL_MODULES`
-with the same names, as seen after `hooked.compat.alias_transformer_lens()`.
+The API is what a module declares: its `__all__` (a module without one promises its path, not its
+globals: `logger`, helpers and imported names are not API). Then the `transformer_lens.*` paths
+of `hooked.compat.aliasing.TL_MODULES` with the names TransformerLens users import from them
+(TransformerLens declares no `__all__`): every name not starting with `_` that the module defines
+or imports from `hooked`, less module objects and loggers, as seen after
+`hooked.compat.alias_transformer_lens()`.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import logging
 import pathlib
+import subprocess
 import sys
 import types
 import warnings
@@ -62,13 +66,18 @@ def bound_names(source: str) -> tuple[set[str], set[str]]:
     return own, foreign
 
 
-def public_names(module: types.ModuleType) -> set[str]:
-    """The names of `module` that are this library's API (see the module docstring)."""
+def declared_names(module: types.ModuleType) -> set[str]:
+    """The names `module` declares as its API: its `__all__` (none without one)."""
+    return set(getattr(module, "__all__", ()))
+
+
+def transformer_lens_names(module: types.ModuleType) -> set[str]:
+    """The names of a `transformer_lens.*` path that TransformerLens's users import (see the module docstring)."""
     path = getattr(module, "__file__", None)
     own, foreign = bound_names(pathlib.Path(path).read_text()) if path else (set(), set())
     names = set(getattr(module, "__all__", ()))
     for name, value in vars(module).items():
-        if name.startswith("_") or isinstance(value, types.ModuleType):
+        if name.startswith("_") or isinstance(value, (types.ModuleType, logging.Logger)):
             continue
         if name in own or (name not in foreign and str(getattr(value, "__module__", "")).startswith("hooked")):
             names.add(name)
@@ -92,7 +101,7 @@ def snapshot(root: pathlib.Path) -> list[str]:
     import hooked
 
     assert pathlib.Path(hooked.__file__).is_relative_to(root), f"imported {hooked.__file__}, not the tree at {root}"
-    lines = {"hooked:" + name for name in hooked.__all__}
+    lines = set()
     warnings.simplefilter("ignore")  # deprecation notes of old helpers are not the API's business here
     for name in module_names(root):
         if name.rpartition(".")[2].startswith("_") or "._" in name:
@@ -103,20 +112,32 @@ def snapshot(root: pathlib.Path) -> list[str]:
             print(f"skipped {name}: {error}", file=sys.stderr)
             continue
         lines.add(name + ":")
-        lines.update(f"{name}:{attr}" for attr in public_names(module))
+        lines.update(f"{name}:{attr}" for attr in declared_names(module))
     from hooked.compat import aliasing
 
     aliasing.alias_transformer_lens(strict=True)
     try:
         for path in aliasing.TL_MODULES:
             lines.add(path + ":")
-            lines.update(f"{path}:{attr}" for attr in public_names(sys.modules[path]))
+            lines.update(f"{path}:{attr}" for attr in transformer_lens_names(sys.modules[path]))
     finally:
         aliasing.unalias_transformer_lens()
     return sorted(lines)
 
 
-HEADER = "# made by tests/unit/project/_public_api_snapshot.py from the tree of commit f163b73 (read its docstring)"
+HEADER = "# made by tests/unit/project/_public_api_snapshot.py from the trees of commits {} (read its docstring)"
+
+
+def snapshot_in_child(root: str) -> list[str]:
+    """`snapshot(root)` in a fresh interpreter: two trees cannot share one `hooked` in `sys.modules`."""
+    code = f"import pathlib, sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r}); "
+    code += f"import _public_api_snapshot as s; print(chr(10).join(s.snapshot(pathlib.Path({root!r}).resolve())))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    sys.stderr.write(done.stderr)
+    return done.stdout.split()
+
 
 if __name__ == "__main__":
-    print("\n".join([HEADER, *snapshot(pathlib.Path(sys.argv[1]).resolve())]))
+    roots = sys.argv[1:]
+    lines = sorted(set().union(*(snapshot_in_child(root) for root in roots)))
+    print("\n".join([HEADER.format(" and ".join(pathlib.Path(root).name for root in roots)), *lines]))

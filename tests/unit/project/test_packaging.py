@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 
 import hooked
+import hooked.components
+import hooked.loading
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCE_FOLDERS = ("hooked", "components", "loading", "tests", "benchmarks")
@@ -53,3 +56,21 @@ def test_user_files_named_loading_or_components_do_not_shadow_the_library(tmp_pa
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["(1,", "3,", "11)", "hooked.loading"]
+
+
+def test_the_test_process_sees_the_package_as_users_do():
+    """One object per module: in the test process the checkout's folders import only as `hooked.*`.
+
+    With the checkout on `sys.path`, `loading.bundled` and `hooked.loading.bundled` would be two
+    module objects (two executions, two sets of module-level state); tests/conftest.py keeps it off.
+    """
+    for name in ("components", "loading"):
+        assert name not in sys.modules
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            assert error.name == name
+        else:
+            raise AssertionError(f"`import {name}` works in the test process: the checkout is on sys.path")
+    assert hooked.loading.__name__ == "hooked.loading" and hooked.components.__name__ == "hooked.components"
+    assert not [entry for entry in sys.path if Path(entry or ".").resolve() == REPO]

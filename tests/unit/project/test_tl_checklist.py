@@ -15,7 +15,7 @@ import torch
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "transformerlens-migration.md"
 SECTION = "## TransformerLens checklist"
-PATH = re.compile(r"`((?:hooked|components)\.[A-Za-z_][\w.]*)`")
+PATH = re.compile(r"`(hooked\.[A-Za-z_][\w.]*)`")
 
 
 def table_rows():
