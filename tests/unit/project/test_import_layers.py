@@ -111,3 +111,43 @@ def test_the_layer_test_sees_an_upward_import(tmp_path):
     fake.write_text("def f():\n    from hooked.models.hooked_transformer import HookedTransformer\n")
     found = imported_modules(fake, "hooked.core.probe")
     assert [layer_of(t) for t, _ in found] == [layer_of("hooked.models")]
+
+
+# -- forbidden pairs: what a room may not know, beyond the import direction --------------------------------
+
+#: the rooms that hold methods: they work on any hooked model through hook points and seams
+METHOD_ROOMS = ("hooked.analysis", "hooked.circuits", "hooked.harvest", "hooked.viz")
+#: flags that say which kind a model is; a method asks a registry (hooked.analysis.model_kinds) instead
+MODEL_KIND_FLAGS = {"is_remote", "is_pipeline", "is_served", "is_encoder", "is_hybrid", "is_vision_language"}
+
+
+def model_kind_reads(path: pathlib.Path) -> list[int]:
+    """Lines that read a model-kind flag: `model.is_remote`, or its name in `getattr`/`hasattr`."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in MODEL_KIND_FLAGS:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr"):
+            names = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            lines += [node.lineno for name in names if name in MODEL_KIND_FLAGS]
+    return lines
+
+
+def test_method_rooms_never_ask_which_kind_a_model_is():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in sorted(MODULES.items())
+        if module.startswith(METHOD_ROOMS)
+        for line in model_kind_reads(path)
+    ]
+    assert not found, "a method room reads a model-kind flag (register in hooked.analysis.model_kinds):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_kind_flag_check_sees_a_planted_read(tmp_path):
+    fake = tmp_path / "probe.py"
+    fake.write_text(
+        "def f(model):\n    if model.is_pipeline:\n        return 1\n    return getattr(model, 'is_remote', False)\n"
+    )
+    assert model_kind_reads(fake) == [2, 4]
