@@ -152,9 +152,16 @@ def test_harvest_interrupted_is_a_keyboard_interrupt():
 
 @pytest.mark.slow
 def test_a_real_sigint_to_the_cli_keeps_the_shards_and_says_so(model_dir, corpus_dir, tmp_path):
+    # the shared corpus is 16 shards, harvested in a few milliseconds: the whole run could end between
+    # the second shard and the signal, so this run reads 40 copies of it (640 shards)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for copy in range(40):
+        for f in sorted(corpus_dir.iterdir()):
+            (corpus / f"{copy:02d}_{f.name}").write_text(f.read_text())
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hooked.cli"] + _cli_args(model_dir, corpus_dir, out),
+        [sys.executable, "-m", "hooked.cli"] + _cli_args(model_dir, corpus, out),
         env=worker_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
