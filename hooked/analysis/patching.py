@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from hooked.analysis.layer_types import check_present
 from hooked.core.errors import PatchingError
+from hooked.core.hook_points import analysis_override, resumes_at_layer
 from hooked.core.utils import get_act_name
 
 logger = logging.getLogger(__name__)
@@ -181,8 +182,9 @@ def generic_activation_patch(
     Returns:
         The metric per patch: `[*axis lengths]` (e.g. `[layer, pos]`), or `[n]` for `index_df`.
     """
-    if getattr(model, "is_remote", False):
-        return model.remote_activation_patch(
+    delegate = analysis_override(model, "activation_patch")
+    if delegate is not None:  # e.g. a hooked.remote model: its server computes it
+        return delegate(
             corrupted_tokens,
             clean_cache,
             patching_metric,
@@ -251,7 +253,7 @@ class _CorruptedPrefix:
             for layer_i in layers
             if get_act_name(activation_name, layer=layer_i).startswith(f"blocks.{layer_i}.")
         ]
-        if not layers or model.cfg.positional_embedding_type == "shortformer" or getattr(model, "is_pipeline", False):
+        if not layers or model.cfg.positional_embedding_type == "shortformer" or not resumes_at_layer(model):
             return
 
         def record(act: torch.Tensor, hook) -> None:

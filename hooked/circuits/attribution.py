@@ -35,6 +35,7 @@ from hooked.circuits.softmax_recompute import (
     recompute_attribution,
 )
 from hooked.core.errors import InputError
+from hooked.core.hook_points import analysis_override
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 LEAF_HOOKS = ("hook_embed", "hook_pos_embed")
@@ -79,10 +80,9 @@ def attribution_patch(
     Returns:
         hook name -> tensor of the activation's shape (see `recompute_softmax`).
     """
-    if getattr(
-        model, "is_remote", False
-    ):  # a hooked.remote model: the server computes it (metric: hooked.analysis.metrics)
-        return model.remote_attribution_patch(
+    delegate = analysis_override(model, "attribution_patch")
+    if delegate is not None:  # e.g. a hooked.remote model: its server computes it (metric: hooked.analysis.metrics)
+        return delegate(
             clean,
             corrupted,
             metric,

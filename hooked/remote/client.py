@@ -75,6 +75,13 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
 
     is_remote = True
 
+    def analysis_override(self, name: str):
+        """The server computes activation and attribution patching (see HookedRootModule.analysis_override)."""
+        return {
+            "activation_patch": self.remote_activation_patch,
+            "attribution_patch": self.remote_attribution_patch,
+        }.get(name)
+
     def __init__(self, url: str, token: str | None = None, timeout: float = 300.0, client=None):
         import httpx
 

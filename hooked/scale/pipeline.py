@@ -140,6 +140,7 @@ class PipelineTransformer(HookedTransformer):
     """A `HookedTransformer` whose blocks are spread over the ranks of a process group (see module doc)."""
 
     is_pipeline = True
+    resumes_at_layer = False  # blocks live on other ranks: no start_at_layer from a recorded residual
     stage: Stage
     device: torch.device
     micro_batches: int = 1
