@@ -111,3 +111,73 @@ def test_the_layer_test_sees_an_upward_import(tmp_path):
     fake.write_text("def f():\n    from hooked.models.hooked_transformer import HookedTransformer\n")
     found = imported_modules(fake, "hooked.core.probe")
     assert [layer_of(t) for t, _ in found] == [layer_of("hooked.models")]
+
+
+# -- forbidden pairs: what a room may not name, beyond imports ------------------------------------
+MODEL_ROOMS = ("hooked.models", "hooked.scale", "hooked.remote", "hooked.serve")
+MODEL_KIND_FLAGS = {"is_remote", "is_pipeline"}
+TRACING_LIBRARIES = {"nnsight", "pyvene", "baukit", "nnterp"}
+
+
+def _in(module: str, rooms: tuple[str, ...]) -> bool:
+    return any(module == room or module.startswith(room + ".") for room in rooms)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants (prose may name anything; code may not)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def named_in_code(source: str) -> list[tuple[str, int]]:
+    """`(word, line)` for every name, attribute, imported module and non-docstring string in `source`."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    words = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.append((node.id, node.lineno))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.attr, node.lineno))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            words.extend((w, node.lineno) for w in node.value.replace(".", " ").split())
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            mods = [a.name for a in node.names] + (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            )
+            words.extend((part, node.lineno) for m in mods for part in m.split("."))
+    return words
+
+
+def forbidden_words(module: str, source: str) -> list[str]:
+    """The forbidden pairs: a method room (outside the model rooms) never reads a model kind's flag, and
+    `hooked.core` never names a third-party tracing library (its observer registers from hooked.compat)."""
+    bad = []
+    for word, line in named_in_code(source):
+        if word in MODEL_KIND_FLAGS and not _in(module, MODEL_ROOMS):
+            bad.append(f"{module}:{line} reads the model-kind flag {word} (ask the model: a method or seam)")
+        if _in(module, ("hooked.core",)) and any(word.lower().startswith(lib) for lib in TRACING_LIBRARIES):
+            bad.append(f"{module}:{line} names the tracing library {word} (register an observer from hooked.compat)")
+    return bad
+
+
+def test_no_forbidden_pairs():
+    bad = [b for module, path in sorted(MODULES.items()) for b in forbidden_words(module, path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_forbidden_pairs_are_caught():
+    """The checker itself: each planted violation is reported, and its legal twin is not."""
+    flag = 'def f(model):\n    return getattr(model, "is_remote", False) or model.is_pipeline\n'
+    assert len(forbidden_words("hooked.analysis.probe", flag)) == 2
+    assert forbidden_words("hooked.remote.probe", flag) == []
+    tracer = "def f(m):\n    from nnsight import NNsight\n    return m.__dict__.get('__nnsight__')\n"
+    assert len(forbidden_words("hooked.core.probe", tracer)) >= 2
+    assert forbidden_words("hooked.compat.probe", tracer) == []
+    prose = 'def f():\n    """nnsight and is_remote in a docstring are prose."""\n'
+    assert forbidden_words("hooked.core.probe", prose) == []
