@@ -27,11 +27,18 @@ from jaxtyping import Float, Int
 from tqdm.auto import tqdm
 
 from hooked.analysis.layer_types import check_present
+from hooked.analysis.model_kinds import ModelKinds
 from hooked.core.errors import PatchingError
-from hooked.core.hook_points import analysis_override, resumes_at_layer
 from hooked.core.utils import get_act_name
 
 logger = logging.getLogger(__name__)
+
+#: model classes that run `generic_activation_patch` themselves (`hooked.remote`'s model: on its server); the
+#: value takes the model and the sweep's arguments in order
+COMPUTED_ELSEWHERE: ModelKinds[Callable[..., object]] = ModelKinds("runs generic_activation_patch itself")
+#: model classes that cannot restart a forward at a middle layer from a recorded residual (`hooked.scale`'s
+#: pipeline: False), so each patch runs the whole forward; unregistered models can (True)
+RESUMES_AT_LAYER: ModelKinds[bool] = ModelKinds("can start a forward at a middle layer")
 
 Activation = Float[torch.Tensor, "batch ..."]
 PatchSetter = Callable[[torch.Tensor, Sequence[int], torch.Tensor], torch.Tensor]
@@ -182,9 +189,10 @@ def generic_activation_patch(
     Returns:
         The metric per patch: `[*axis lengths]` (e.g. `[layer, pos]`), or `[n]` for `index_df`.
     """
-    delegate = analysis_override(model, "activation_patch")
-    if delegate is not None:  # e.g. a hooked.remote model: its server computes it
-        return delegate(
+    elsewhere = COMPUTED_ELSEWHERE.lookup(model)
+    if elsewhere is not None:  # e.g. a served model: its server runs the sweep
+        return elsewhere(
+            model,
             corrupted_tokens,
             clean_cache,
             patching_metric,
@@ -253,7 +261,8 @@ class _CorruptedPrefix:
             for layer_i in layers
             if get_act_name(activation_name, layer=layer_i).startswith(f"blocks.{layer_i}.")
         ]
-        if not layers or model.cfg.positional_embedding_type == "shortformer" or not resumes_at_layer(model):
+        resumes = RESUMES_AT_LAYER.lookup(model) is not False
+        if not layers or model.cfg.positional_embedding_type == "shortformer" or not resumes:
             return
 
         def record(act: torch.Tensor, hook) -> None:

@@ -28,6 +28,7 @@ from typing import cast
 import torch
 from jaxtyping import Float, Int
 
+from hooked.analysis.model_kinds import ModelKinds
 from hooked.circuits.softmax_recompute import (
     SOFTMAX_NAMES,
     check_recompute_supported,
@@ -35,7 +36,10 @@ from hooked.circuits.softmax_recompute import (
     recompute_attribution,
 )
 from hooked.core.errors import InputError
-from hooked.core.hook_points import analysis_override
+
+#: model classes that run `attribution_patch` themselves (`hooked.remote`'s model: on its server); the value
+#: takes the model and the call's arguments in order
+COMPUTED_ELSEWHERE: ModelKinds[Callable[..., dict[str, torch.Tensor]]] = ModelKinds("runs attribution_patch itself")
 
 Metric = Callable[[Float[torch.Tensor, "batch pos d_vocab"]], Float[torch.Tensor, ""]]
 LEAF_HOOKS = ("hook_embed", "hook_pos_embed")
@@ -80,9 +84,10 @@ def attribution_patch(
     Returns:
         hook name -> tensor of the activation's shape (see `recompute_softmax`).
     """
-    delegate = analysis_override(model, "attribution_patch")
-    if delegate is not None:  # e.g. a hooked.remote model: its server computes it (metric: hooked.analysis.metrics)
-        return delegate(
+    elsewhere = COMPUTED_ELSEWHERE.lookup(model)
+    if elsewhere is not None:  # a hooked.remote model: the server computes it (metric: hooked.analysis.metrics)
+        return elsewhere(
+            model,
             clean,
             corrupted,
             metric,

@@ -58,17 +58,6 @@ def register_trace_observer(observer: TraceObserver) -> None:
         TRACE_OBSERVERS.append(observer)
 
 
-def analysis_override(model: Any, name: str) -> Callable[..., Any] | None:
-    """`model.analysis_override(name)` for any model (one without the seam runs the local method)."""
-    override = getattr(model, "analysis_override", None)
-    return override(name) if override is not None else None
-
-
-def resumes_at_layer(model: Any) -> bool:
-    """Whether `model` can start a forward at a block from a recorded residual (see HookedRootModule)."""
-    return bool(getattr(model, "resumes_at_layer", True))
-
-
 def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> None:
     """Record on an exception the innermost hook it came from (`hook_fn_name`, `hook_point_name`)."""
     if getattr(error, "hook_point_name", None) is not None:
@@ -317,17 +306,6 @@ class HookedRootModule(nn.Module):
     point by its dotted name. Optional hook points (`HookPoint(requires=flag)`) fire
     only while `self.cfg.<flag>` is true.
     """
-
-    resumes_at_layer: bool = True
-    """Whether a forward can start at a block from a recorded residual (`start_at_layer`); analysis
-    methods use it to skip recomputing early blocks. A model kind that cannot (a pipeline) sets False."""
-
-    def analysis_override(self, name: str) -> Callable[..., Any] | None:
-        """The model's own implementation of analysis method `name` ("activation_patch",
-        "attribution_patch"), or None to run the local one. The seam through which a model kind (a
-        remote model: its server computes it) plugs into analysis without the method rooms naming it."""
-        del name
-        return None
 
     def __init__(self) -> None:
         super().__init__()

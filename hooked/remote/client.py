@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from hooked.analysis import interventions
+from hooked.analysis import interventions, patching
 from hooked.analysis.activation_cache import ActivationCache
+from hooked.circuits import attribution
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, RemoteError, WireError
 from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
@@ -72,15 +73,6 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
     `hooked.analysis.metrics` objects. Weights that cache analyses read (norm gains, `W_U`, `W_O`, ...)
     are fetched per block on first use and kept.
     """
-
-    is_remote = True
-
-    def analysis_override(self, name: str):
-        """The server computes activation and attribution patching (see HookedRootModule.analysis_override)."""
-        return {
-            "activation_patch": self.remote_activation_patch,
-            "attribution_patch": self.remote_attribution_patch,
-        }.get(name)
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 300.0, client=None):
         import httpx
@@ -641,5 +633,9 @@ def connect(url: str, token: str | None = None, timeout: float = 300.0) -> Remot
     """A `RemoteModel` for the `hooked serve` server at `url` (e.g. "http://127.0.0.1:8000")."""
     return RemoteModel(url, token=token, timeout=timeout)
 
+
+# the analysis methods a served model computes on its server (hooked.analysis.model_kinds)
+patching.COMPUTED_ELSEWHERE.register(RemoteModel, RemoteModel.remote_activation_patch)
+attribution.COMPUTED_ELSEWHERE.register(RemoteModel, RemoteModel.remote_attribution_patch)
 
 __all__ = ["RemoteModel", "connect"]

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 from jaxtyping import Float, Int
 
+from hooked.analysis import patching
 from hooked.analysis.activation_cache import ActivationCache
 from hooked.components.forward_state import ForwardState
 from hooked.core.errors import InputError
@@ -139,8 +140,6 @@ def _checked_in(what):
 class PipelineTransformer(HookedTransformer):
     """A `HookedTransformer` whose blocks are spread over the ranks of a process group (see module doc)."""
 
-    is_pipeline = True
-    resumes_at_layer = False  # blocks live on other ranks: no start_at_layer from a recorded residual
     stage: Stage
     device: torch.device
     micro_batches: int = 1
@@ -455,6 +454,10 @@ class PipelineTransformer(HookedTransformer):
         return self._from_rank(
             owner, lambda: super(PipelineTransformer, self).part_weight(part, name), f"{part}.{name}"
         )
+
+
+# each patch runs the whole pipelined forward: a rank cannot start it at a middle layer from a recorded residual
+patching.RESUMES_AT_LAYER.register(PipelineTransformer, False)
 
 
 def residual_batch(state: ForwardState) -> int:

@@ -14,14 +14,36 @@ operation), `scheduler` (fair queueing, limits, deadlines), `answers` (sending w
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 from hooked.core.errors import HookedError, InputError
-from hooked.serve.app import ServeOptions, create_app
-from hooked.serve.auth import is_loopback, parse_tokens, read_tokens_file, resolve_tokens
-from hooked.serve.scheduler import SchedulerOptions
-from hooked.serve.server import BackgroundServer, run_app
+
+if TYPE_CHECKING:
+    from hooked.serve.app import ServeOptions, create_app
+    from hooked.serve.auth import is_loopback, parse_tokens, read_tokens_file, resolve_tokens
+    from hooked.serve.scheduler import SchedulerOptions
+    from hooked.serve.server import BackgroundServer
+
+# The server stack (Starlette, uvicorn) loads on first use of these names, not with the package:
+# `hooked.remote` imports `hooked.serve.schema` and `hooked.serve.wire`, the message format it shares
+# with the server, and a client needs neither (tests/unit/serve/test_serve_imports.py).
+_LAZY = {
+    "ServeOptions": "app", "create_app": "app", "is_loopback": "auth", "parse_tokens": "auth",
+    "read_tokens_file": "auth", "resolve_tokens": "auth", "SchedulerOptions": "scheduler",
+    "BackgroundServer": "server",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 LOG_FIELDS = (
     "request_id", "user", "method", "path", "status", "ms", "job_ids", "kind", "batch", "seconds", "drained",
@@ -48,6 +70,9 @@ def start_in_thread(
     port: int = 0,
 ) -> BackgroundServer:
     """Serve `model` from a background thread; returns the server (its `.url`)."""
+    from hooked.serve.app import create_app
+    from hooked.serve.server import BackgroundServer
+
     return BackgroundServer(create_app(model, tokens, options), host, port)
 
 
@@ -61,6 +86,9 @@ def run(
     ssl_keyfile: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM, then finish in-flight requests (at most `options.drain_timeout_s`)."""
+    from hooked.serve.app import create_app
+    from hooked.serve.server import run_app
+
     run_app(create_app(model, tokens, options), host, port, ssl_certfile, ssl_keyfile)
 
 

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from hooked import HookedTransformer  # noqa: E402
 from hooked.analysis.patching import get_act_patch_resid_pre  # noqa: E402
 from hooked.scale.collectives import PipelineError  # noqa: E402
+from hooked.scale.pipeline import PipelineTransformer  # noqa: E402
 
 TIMEOUT_S = 60.0
 
@@ -46,7 +47,7 @@ def checks(model) -> dict:
     n_layers, vocab = model.cfg.n_layers, model.cfg.d_vocab
     toks = prompt_tokens(vocab)
     out = {"logits": model(toks)}
-    out["logits_micro"] = model(toks, micro_batches=2) if getattr(model, "is_pipeline", False) else out["logits"]
+    out["logits_micro"] = model(toks, micro_batches=2) if isinstance(model, PipelineTransformer) else out["logits"]
     out["loss"] = model(toks, return_type="loss")
     out["stop0"], out["stop2"], out["stop_neg"] = (model(toks, stop_at_layer=s) for s in (0, 2, -1))
     # start_at_layer: the residual entering block 2 (and 0, n_layers) run through the rest, as in one process
@@ -54,14 +55,14 @@ def checks(model) -> dict:
     out["start2_loss"] = model(out["stop2"], start_at_layer=2, tokens=toks, return_type="loss")
     out["start0_to_3"] = model(out["stop0"], start_at_layer=0, stop_at_layer=3)
     out["start_last"] = model(model(toks, stop_at_layer=n_layers), start_at_layer=n_layers)
-    micro = {"micro_batches": 2} if getattr(model, "is_pipeline", False) else {}
+    micro = {"micro_batches": 2} if isinstance(model, PipelineTransformer) else {}
     out["start2_micro"] = model(out["stop2"], start_at_layer=2, **micro)
     _, stopped = model.run_with_cache(toks, stop_at_layer=2)
     out["stopped_cache"] = stopped["blocks.1.hook_resid_post"]
     out["edited"] = model.run_with_hooks(toks, fwd_hooks=edit_hooks(n_layers))
     with model.hooks(fwd_hooks=edit_hooks(n_layers)):
         out["edited_ctx"] = model(toks)
-    kwargs = {"micro_batches": 2} if getattr(model, "is_pipeline", False) else {}
+    kwargs = {"micro_batches": 2} if isinstance(model, PipelineTransformer) else {}
     _, micro_cache = model.run_with_cache(toks, **kwargs)  # slices cached per micro-batch, concatenated
     out["resid_mid_micro"] = micro_cache["blocks.1.hook_resid_mid"]
     _, cache = model.run_with_cache(toks)

@@ -113,14 +113,48 @@ def test_the_layer_test_sees_an_upward_import(tmp_path):
     assert [layer_of(t) for t, _ in found] == [layer_of("hooked.models")]
 
 
-# -- forbidden pairs: what a room may not name, beyond imports ------------------------------------
-MODEL_ROOMS = ("hooked.models", "hooked.scale", "hooked.remote", "hooked.serve")
-MODEL_KIND_FLAGS = {"is_remote", "is_pipeline"}
-TRACING_LIBRARIES = {"nnsight", "pyvene", "baukit", "nnterp"}
+# -- forbidden pairs: what a room may not know, beyond the import direction --------------------------------
+
+#: the rooms that hold methods: they work on any hooked model through hook points and seams
+METHOD_ROOMS = ("hooked.analysis", "hooked.circuits", "hooked.harvest", "hooked.viz")
+#: flags that say which kind a model is; a method asks a registry (hooked.analysis.model_kinds) instead
+MODEL_KIND_FLAGS = {"is_remote", "is_pipeline", "is_served", "is_encoder", "is_hybrid", "is_vision_language"}
 
 
-def _in(module: str, rooms: tuple[str, ...]) -> bool:
-    return any(module == room or module.startswith(room + ".") for room in rooms)
+def model_kind_reads(path: pathlib.Path) -> list[int]:
+    """Lines that read a model-kind flag: `model.is_remote`, or its name in `getattr`/`hasattr`."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in MODEL_KIND_FLAGS:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr"):
+            names = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            lines += [node.lineno for name in names if name in MODEL_KIND_FLAGS]
+    return lines
+
+
+def test_method_rooms_never_ask_which_kind_a_model_is():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in sorted(MODULES.items())
+        if module.startswith(METHOD_ROOMS)
+        for line in model_kind_reads(path)
+    ]
+    assert not found, "a method room reads a model-kind flag (register in hooked.analysis.model_kinds):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_kind_flag_check_sees_a_planted_read(tmp_path):
+    fake = tmp_path / "probe.py"
+    fake.write_text(
+        "def f(model):\n    if model.is_pipeline:\n        return 1\n    return getattr(model, 'is_remote', False)\n"
+    )
+    assert model_kind_reads(fake) == [2, 4]
+
+
+# -- the ground floor names no tracing library: its observer registers from hooked.compat --------------
+TRACING_LIBRARIES = ("nnsight", "pyvene", "baukit", "nnterp")
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -154,30 +188,26 @@ def named_in_code(source: str) -> list[tuple[str, int]]:
     return words
 
 
-def forbidden_words(module: str, source: str) -> list[str]:
-    """The forbidden pairs: a method room (outside the model rooms) never reads a model kind's flag, and
-    `hooked.core` never names a third-party tracing library (its observer registers from hooked.compat)."""
-    bad = []
-    for word, line in named_in_code(source):
-        if word in MODEL_KIND_FLAGS and not _in(module, MODEL_ROOMS):
-            bad.append(f"{module}:{line} reads the model-kind flag {word} (ask the model: a method or seam)")
-        if _in(module, ("hooked.core",)) and any(word.lower().startswith(lib) for lib in TRACING_LIBRARIES):
-            bad.append(f"{module}:{line} names the tracing library {word} (register an observer from hooked.compat)")
-    return bad
+def tracing_library_names(module: str, source: str) -> list[str]:
+    """Where `hooked.core` code names a third-party tracing library (other rooms may)."""
+    if not (module == "hooked.core" or module.startswith("hooked.core.")):
+        return []
+    return [
+        f"{module}:{line} names the tracing library in {word} (register an observer from hooked.compat)"
+        for word, line in named_in_code(source)
+        if word.lower().strip("_").startswith(TRACING_LIBRARIES)
+    ]
 
 
-def test_no_forbidden_pairs():
-    bad = [b for module, path in sorted(MODULES.items()) for b in forbidden_words(module, path.read_text())]
+def test_core_never_names_a_tracing_library():
+    bad = [b for module, path in sorted(MODULES.items()) for b in tracing_library_names(module, path.read_text())]
     assert not bad, "\n".join(bad)
 
 
-def test_the_forbidden_pairs_are_caught():
-    """The checker itself: each planted violation is reported, and its legal twin is not."""
-    flag = 'def f(model):\n    return getattr(model, "is_remote", False) or model.is_pipeline\n'
-    assert len(forbidden_words("hooked.analysis.probe", flag)) == 2
-    assert forbidden_words("hooked.remote.probe", flag) == []
-    tracer = "def f(m):\n    from nnsight import NNsight\n    return m.__dict__.get('__nnsight__')\n"
-    assert len(forbidden_words("hooked.core.probe", tracer)) >= 2
-    assert forbidden_words("hooked.compat.probe", tracer) == []
-    prose = 'def f():\n    """nnsight and is_remote in a docstring are prose."""\n'
-    assert forbidden_words("hooked.core.probe", prose) == []
+def test_the_tracing_library_check_sees_a_planted_name():
+    """The checker itself: an import, a name and a string key are caught in core, not in compat or prose."""
+    tracer = "def f(m):\n    from nnsight import NNsight\n    return m.__dict__.get('__nnsight__'), nnsight_waits_on\n"
+    assert len(tracing_library_names("hooked.core.probe", tracer)) == 4  # module, NNsight, key, function
+    assert tracing_library_names("hooked.compat.probe", tracer) == []
+    prose = 'def f():\n    """nnsight in a docstring is prose."""\n'
+    assert tracing_library_names("hooked.core.probe", prose) == []
