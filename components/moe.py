@@ -38,7 +38,7 @@ from jaxtyping import Float, Int
 from hooked.components.activations import get_activation
 from hooked.components.norms import unedited
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import NNSIGHT_STATE, HookPoint
+from hooked.core.hook_points import HookPoint
 from hooked.core.validation import require_set
 
 
@@ -112,7 +112,7 @@ class MoE(nn.Module):
                 (e, m) for e, expert in enumerate(self.experts) for m in expert.modules() if isinstance(m, HookPoint)
             ]
             listed = self.__dict__["_expert_hooks"] = (list(self.experts), hooks)
-        # `HookPoint.observed`, spelled out: any hook function or module hook, or an nnsight trace on it
+        # `HookPoint.observed`, spelled out: any hook function or module hook, or an external tracer on it
         return {
             e
             for e, hp in listed[1]
@@ -120,7 +120,7 @@ class MoE(nn.Module):
             or hp._bwd_fns
             or hp._forward_hooks
             or hp._forward_pre_hooks
-            or (NNSIGHT_STATE in hp.__dict__ and hp.observed)
+            or hp.traced_externally
         }
 
     def route(

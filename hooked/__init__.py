@@ -14,6 +14,7 @@ from __future__ import annotations
 from hooked import _moved_modules
 from hooked._version import __version__
 from hooked.analysis.activation_cache import ActivationCache
+from hooked.compat import nnsight_observer as _nnsight_observer  # noqa: F401  (registers the tracer observer)
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.factored_matrix import FactoredMatrix
 from hooked.core.hook_points import HookedRootModule, HookNotEnabledError, HookPoint, HookShapeError, LensHandle

@@ -44,22 +44,18 @@ class LensHandle:
     context_level: int | None = None
 
 
-NNSIGHT_STATE = "__nnsight__"  # where nnsight keeps a module's trace routes (nnsight.intervention.source.STATE)
+TraceObserver = Callable[[nn.Module], bool]
+"""Answers whether an external tracing library may wait on a module's activation right now."""
+
+TRACE_OBSERVERS: list[TraceObserver] = []
+"""The "may a tracer wait here" callbacks: a compatibility module registers its library's (see
+`register_trace_observer`), so the core never names one. Empty unless such a module was imported."""
 
 
-def nnsight_waits_on(state: Any) -> bool:
-    """Whether an nnsight trace running now may serve a worker at this module (`state`: its nnsight state).
-
-    Duck-typed against nnsight's interleaver (tested with nnsight 0.8), so the core never imports it.
-    """
-    interleaver, _, locations = state.active()
-    if interleaver is None:  # no trace running on this module: nnsight's forward is inert
-        return False
-    parked, observers = interleaver.parked, interleaver.observers
-    if any(location in parked or location in observers for location in locations):
-        return True
-    # A worker at a barrier is released by another's visit and may then ask for anything.
-    return any(m.pending is not None and m.pending.provider is None for m in interleaver.mediators)
+def register_trace_observer(observer: TraceObserver) -> None:
+    """Add `observer` to the callbacks `HookPoint.traced_externally` asks (once per observer)."""
+    if observer not in TRACE_OBSERVERS:
+        TRACE_OBSERVERS.append(observer)
 
 
 def _mark_hook_error(error: Exception, fn: HookFunction, name: str | None) -> None:
@@ -186,27 +182,20 @@ class HookPoint(nn.Module):
         """True if calling this hook point can do anything: a hook of any kind is attached, or nnsight waits on it."""
         # len(), not truth: torch.compile guards a dict's length, not its truth (see __call__)
         hooks = len(self._fwd_fns) + len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks)
-        return hooks > 0 or self.traced_by_nnsight
+        return hooks > 0 or self.traced_externally
 
     @property
-    def traced_by_nnsight(self) -> bool:
-        """True while an nnsight trace may read, edit or take the gradient of this activation.
-
-        nnsight (`NNsight(model)`, `hooked.compat.nnsight.HookedNNsight`) installs a per-instance
-        `forward` on every module, inert outside a trace. Inside one, each of its workers waits on
-        one location at a time, in execution order, so the hook point is watched when a worker
-        waits on its input, skip or output, a `tracer.cache()` keeps it, or a worker sits at a
-        barrier (it may ask for anything once released). Such an observer counts as an editing hook:
-        the path that computes the activation runs, as for `run_with_hooks`.
-        """
-        state = self.__dict__.get(NNSIGHT_STATE)
-        return state is not None and nnsight_waits_on(state)
+    def traced_externally(self) -> bool:
+        """True while an external tracer (one of `TRACE_OBSERVERS`) may read, edit or take the gradient
+        of this activation. Such a tracer counts as an editing hook: the path that computes the
+        activation runs, as for `run_with_hooks`."""
+        return len(TRACE_OBSERVERS) > 0 and any(observer(self) for observer in TRACE_OBSERVERS)
 
     @property
     def needs_grad_path(self) -> bool:
         """True if gradients must flow through this hook point's output: a backward hook is attached,
         or nnsight watches it while autograd records (its `.grad` reads the output's gradient)."""
-        return len(self._bwd_fns) > 0 or (torch.is_grad_enabled() and self.traced_by_nnsight)
+        return len(self._bwd_fns) > 0 or (torch.is_grad_enabled() and self.traced_externally)
 
     @property
     def is_read_only(self) -> bool:
@@ -216,7 +205,7 @@ class HookPoint(nn.Module):
         `run_with_cache`'s savers do; any other hook, a backward hook or a torch module hook
         makes this False, and so does an nnsight trace waiting on it (an nnsight read may be an edit).
         """
-        if len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks) > 0 or self.traced_by_nnsight:
+        if len(self._bwd_fns) + len(self._forward_hooks) + len(self._forward_pre_hooks) > 0 or self.traced_externally:
             return False
         return all(getattr(fn, "reads_only", False) for fn in self._fwd_fns.values())
 

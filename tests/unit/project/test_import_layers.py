@@ -151,3 +151,63 @@ def test_the_kind_flag_check_sees_a_planted_read(tmp_path):
         "def f(model):\n    if model.is_pipeline:\n        return 1\n    return getattr(model, 'is_remote', False)\n"
     )
     assert model_kind_reads(fake) == [2, 4]
+
+
+# -- the ground floor names no tracing library: its observer registers from hooked.compat --------------
+TRACING_LIBRARIES = ("nnsight", "pyvene", "baukit", "nnterp")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants (prose may name anything; code may not)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def named_in_code(source: str) -> list[tuple[str, int]]:
+    """`(word, line)` for every name, attribute, imported module and non-docstring string in `source`."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    words = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.append((node.id, node.lineno))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.attr, node.lineno))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            words.extend((w, node.lineno) for w in node.value.replace(".", " ").split())
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            mods = [a.name for a in node.names] + (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            )
+            words.extend((part, node.lineno) for m in mods for part in m.split("."))
+    return words
+
+
+def tracing_library_names(module: str, source: str) -> list[str]:
+    """Where `hooked.core` code names a third-party tracing library (other rooms may)."""
+    if not (module == "hooked.core" or module.startswith("hooked.core.")):
+        return []
+    return [
+        f"{module}:{line} names the tracing library in {word} (register an observer from hooked.compat)"
+        for word, line in named_in_code(source)
+        if word.lower().strip("_").startswith(TRACING_LIBRARIES)
+    ]
+
+
+def test_core_never_names_a_tracing_library():
+    bad = [b for module, path in sorted(MODULES.items()) for b in tracing_library_names(module, path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_tracing_library_check_sees_a_planted_name():
+    """The checker itself: an import, a name and a string key are caught in core, not in compat or prose."""
+    tracer = "def f(m):\n    from nnsight import NNsight\n    return m.__dict__.get('__nnsight__'), nnsight_waits_on\n"
+    assert len(tracing_library_names("hooked.core.probe", tracer)) == 4  # module, NNsight, key, function
+    assert tracing_library_names("hooked.compat.probe", tracer) == []
+    prose = 'def f():\n    """nnsight in a docstring is prose."""\n'
+    assert tracing_library_names("hooked.core.probe", prose) == []
