@@ -116,11 +116,7 @@ class MoE(nn.Module):
         return {
             e
             for e, hp in listed[1]
-            if hp._fwd_fns
-            or hp._bwd_fns
-            or hp._forward_hooks
-            or hp._forward_pre_hooks
-            or hp.traced_externally
+            if hp._fwd_fns or hp._bwd_fns or hp._forward_hooks or hp._forward_pre_hooks or hp.traced_externally
         }
 
     def route(
