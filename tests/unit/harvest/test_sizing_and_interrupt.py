@@ -152,16 +152,19 @@ def test_harvest_interrupted_is_a_keyboard_interrupt():
 
 @pytest.mark.slow
 def test_a_real_sigint_to_the_cli_keeps_the_shards_and_says_so(model_dir, corpus_dir, tmp_path):
-    # the shared corpus is 16 shards, harvested in a few milliseconds: the whole run could end between
-    # the second shard and the signal, so this run reads 40 copies of it (640 shards)
+    # 256 tokens are 16 shards, harvested in milliseconds: the whole run could end between the second
+    # shard and the signal, so this run reads 40 copies of the corpus with no token limit (640 shards)
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for copy in range(40):
         for f in sorted(corpus_dir.iterdir()):
             (corpus / f"{copy:02d}_{f.name}").write_text(f.read_text())
     out = tmp_path / "out"
+    args = _cli_args(model_dir, corpus, out)
+    limit = args.index("--max-tokens")
+    del args[limit : limit + 2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hooked.cli"] + _cli_args(model_dir, corpus, out),
+        [sys.executable, "-m", "hooked.cli"] + args,
         env=worker_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
