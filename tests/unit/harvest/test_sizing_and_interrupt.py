@@ -165,6 +165,9 @@ def test_a_real_sigint_to_the_cli_keeps_the_shards_and_says_so(model_dir, corpus
     del args[limit : limit + 2]
     proc = subprocess.Popen(
         [sys.executable, "-m", "hooked.cli"] + args,
+        # a pytest-xdist worker ignores SIGINT, and an ignored signal stays ignored in its children:
+        # give the CLI the default disposition a terminal's Ctrl-C meets
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         env=worker_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
