@@ -19,7 +19,8 @@ import torch
 from jaxtyping import Float
 
 from hooked.loading.common import strip_prefix, unembed_weights
-from hooked.loading.config_checks import require_activation, require_supported
+from hooked.loading.config_checks import require_supported
+from hooked.loading.gptj import convert_gptj_config
 from hooked.loading.parts import attention, dense_mlp, layer_norm, prefixed, shared_layer_norm
 from hooked.loading.registry import register_architecture
 
@@ -28,25 +29,10 @@ MP_NUM = 4
 
 
 def convert_codegen_config(hf: Any) -> dict:
-    d_head = hf.n_embd // hf.n_head
+    """GPT-J's config (CodeGen's blocks are GPT-J's), with the rotary in float32 and no BOS prepended."""
     require_supported(hf, "CodeGen", "n_embd", lambda d: d % MP_NUM == 0, describe="n_embd divisible by mp_num = 4")
     return dict(
-        d_model=hf.n_embd,
-        d_head=d_head,
-        n_heads=hf.n_head,
-        n_layers=hf.n_layer,
-        n_ctx=hf.n_positions,
-        d_mlp=hf.n_inner or 4 * hf.n_embd,
-        d_vocab=hf.vocab_size,
-        act_fn=require_activation(hf, "activation_function"),
-        eps=hf.layer_norm_epsilon,
-        normalization_type="LN",
-        positional_embedding_type="rotary",
-        rotary_dim=hf.rotary_dim or d_head,
-        rotary_adjacent_pairs=True,
-        parallel_attn_mlp=True,
-        parallel_residual_last=True,
-        attn_scores_in_fp32=True,  # HF: matmul(q.float(), k.float()) in every dtype
+        convert_gptj_config(hf),
         rotary_in_fp32=True,  # HF rotates with its float32 sin/cos table, then casts q and k back
         rotary_tables_in_fp32=True,
         default_prepend_bos=False,
