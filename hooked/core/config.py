@@ -549,9 +549,11 @@ class HookedTransformerConfig:
                 raise ConfigError(
                     f"layer_n_key_value_heads[{layer}] = {cfg.n_key_value_heads} must divide n_heads ({self.n_heads})"
                 )
-            if cfg.uses_rotary and (cfg.rotary_dim % 2 or cfg.rotary_dim > cfg.d_head):
+            rotary = cfg.rotary_dim
+            assert rotary is not None  # _fill_attention_sizes fills it
+            if cfg.uses_rotary and (rotary % 2 or rotary > cfg.d_head):
                 raise ConfigError(
-                    f"layer {layer}: rotary_dim ({cfg.rotary_dim}) must be even and at most its d_head ({cfg.d_head}); "
+                    f"layer {layer}: rotary_dim ({rotary}) must be even and at most its d_head ({cfg.d_head}); "
                     "set layer_d_head to even widths of at least rotary_dim"
                 )
         self._check_kv_sharing()
