@@ -4,8 +4,10 @@ The last layers of those models compute queries only. Layer l with `cfg.kv_share
 attends to layer s's keys and values as layer s attends to them: rotated, normalized and, when
 decoding, with the cached positions included (the lending layer leaves them in
 `ForwardState.shared_kv` after its own cache update). Such a layer has no `W_K`/`W_V`, no
-`k_norm`, no `hook_k`/`hook_v`/`hook_rot_k` and no KV cache entry of its own: a hook on the
-lending layer's keys or values changes what both layers attend to, as in HF.
+`k_norm` and no `hook_k`/`hook_v`/`hook_rot_k`, and never writes its KV cache entry (it stays
+empty): a hook on the lending layer's keys or values changes what both layers attend to, as in HF.
+The config refuses sharing that this class cannot compute (`HookedTransformerConfig._check_kv_sharing`):
+a lender that borrows itself, a lender of another shape, MLA or output-gated attention.
 """
 
 from __future__ import annotations

@@ -448,6 +448,7 @@ class HookedTransformerConfig:
         self._fill_attention_scale_and_check_modes()
         self._check_experts()
         self._check_mla_and_routing()
+        self._check_layer_shapes()
         self._fill_derived_fields()
         self.n_params = self._count_params()
 
@@ -539,6 +540,46 @@ class HookedTransformerConfig:
                 raise ConfigError(f"kv_shared_from[{layer}] = {source}: a layer reuses the keys of an earlier layer")
         if (self.d_per_layer_input is None) != (self.d_vocab_per_layer_input is None):
             raise ConfigError("d_per_layer_input and d_vocab_per_layer_input are set together (the per-layer table)")
+
+    def _check_layer_shapes(self) -> None:
+        """Each layer's own widths (`layer_config`) pass the checks the model's widths pass; KV sharing is usable."""
+        for layer in range(self.n_layers):
+            cfg = self.layer_config(layer)
+            if cfg.n_key_value_heads is not None and self.n_heads % cfg.n_key_value_heads:
+                raise ConfigError(
+                    f"layer_n_key_value_heads[{layer}] = {cfg.n_key_value_heads} must divide n_heads ({self.n_heads})"
+                )
+            rotary = cfg.rotary_dim
+            assert rotary is not None  # _fill_attention_sizes fills it
+            if cfg.uses_rotary and (rotary % 2 or rotary > cfg.d_head):
+                raise ConfigError(
+                    f"layer {layer}: rotary_dim ({rotary}) must be even and at most its d_head ({cfg.d_head}); "
+                    "set layer_d_head to even widths of at least rotary_dim"
+                )
+        self._check_kv_sharing()
+
+    def _check_kv_sharing(self) -> None:
+        """A layer in `kv_shared_from` borrows from a layer that computes its own keys, of the same shape, on plain
+        attention: a borrowing layer is `SharedKVAttention`, which has neither MLA's latents nor an output gate."""
+        borrowers = [layer for layer in range(self.n_layers) if self.kv_source(layer) is not None]
+        if borrowers and (self.uses_mla or self.attn_output_gate):
+            kind = "kv_lora_rank (multi-head latent attention)" if self.uses_mla else "attn_output_gate"
+            raise ConfigError(f"kv_shared_from (KV sharing across layers) is not supported with {kind}")
+        for layer in borrowers:
+            source = self.kv_source(layer)
+            assert source is not None  # a borrower
+            if self.kv_source(source) is not None:
+                raise ConfigError(
+                    f"kv_shared_from[{layer}] = {source}, a layer that borrows its own keys: name the layer that "
+                    f"computes them (kv_shared_from[{source}] = {self.kv_source(source)})"
+                )
+            mine, theirs = self.layer_config(layer), self.layer_config(source)
+            if (mine.n_kv_heads, mine.d_head) != (theirs.n_kv_heads, theirs.d_head):
+                raise ConfigError(
+                    f"kv_shared_from[{layer}] = {source}: layer {layer} has {mine.n_kv_heads} key/value heads of width "
+                    f"{mine.d_head}, layer {source} {theirs.n_kv_heads} of width {theirs.d_head}; a layer borrows the "
+                    "keys of a layer of its own shape (layer_d_head, layer_n_key_value_heads)"
+                )
 
     def _check_layer_types(self) -> None:
         """`layer_types` names a known mixer per layer, and each recurrent mixer has its sizes."""

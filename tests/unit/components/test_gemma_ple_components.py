@@ -75,6 +75,16 @@ def test_layer_config_is_a_live_view_with_the_layers_shapes():
         (dict(kv_shared_from=[None, 2, None]), "earlier layer"),
         (dict(layer_d_head=[4, 8]), "one per layer"),
         (dict(d_vocab_per_layer_input=None), "set together"),
+        (dict(layer_n_key_value_heads=[2, 2, 3]), r"layer_n_key_value_heads\[2\] = 3 must divide"),
+        (dict(layer_d_head=[4, 4, 3]), "layer 2: rotary_dim"),  # a layer's full rotary on an odd width
+        (dict(kv_shared_from=[None, 0, 1]), "borrows its own keys"),  # layer 1 computes none of its own
+        (dict(layer_d_head=[8, 4, 4]), "its own shape"),  # layer 2 reads layer 0's 8-wide keys
+        (dict(layer_n_key_value_heads=[4, 2, 2]), "its own shape"),
+        (dict(attn_output_gate=True), "not supported with attn_output_gate"),  # the borrower has no gate
+        (
+            dict(kv_lora_rank=8, rotary_dim=2, d_head_v=4, use_qk_norm=False, use_v_norm=False),
+            "not supported with kv_lora_rank",  # MLA lends a latent, not keys
+        ),
     ],
 )
 def test_per_layer_fields_are_checked(fields, message):
