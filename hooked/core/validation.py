@@ -134,6 +134,13 @@ def check_no_text_for_residual(input: Any, start_at_layer: int, d_model: int | N
         )
 
 
+def check_residual_input(residual: Any, start_at_layer: int, tokens: Any, d_model: int | None) -> None:
+    """A forward from `start_at_layer`: a residual `[batch, pos, d_model]`, and token ids (for the loss) if any."""
+    check_no_text_for_residual(residual, start_at_layer, d_model)
+    if tokens is not None:
+        check_token_shape(tokens, "tokens")
+
+
 def check_layer(layer: Any, name: str, low: int, high: int) -> None:
     """An int in `[low, high]` (e.g. `start_at_layer` in `[-n_layers, n_layers]`)."""
     if not _is_int(layer):

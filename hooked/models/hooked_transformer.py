@@ -30,16 +30,15 @@ from hooked.core.hook_points import HookedRootModule, HookPoint
 from hooked.core.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
 from hooked.core.validation import (
     check_kv_cache,
-    check_layer,
     check_model_input,
-    check_no_text_for_residual,
+    check_residual_input,
     check_token_range,
-    check_token_shape,
     mask_dtype_check,
     mask_is_all_ones,
 )
 from hooked.generation import loop as _generation
 from hooked.generation.kv_cache import StaticKeyValueCache
+from hooked.models.forward_call import ForwardCall
 from hooked.models.tokenizer_mixin import TokenIndexMixin, TokenizerMixin  # noqa: F401  (TokenIndexMixin: importable from here before)
 from hooked.models.weight_processing_mixin import WeightProcessingMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
@@ -381,7 +380,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         self.cfg.ungroup_grouped_query_attention = ungroup
 
     # -- forward -----------------------------------------------------------------------
-    def forward(  # noqa: C901 (split with the seams work, #41)
+    def forward(
         self,
         input,
         return_type: str | None = "logits",
@@ -426,54 +425,84 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             a loss, `Output(logits, loss)`, None, or with `stop_at_layer` the residual
             `[batch, pos, d_model]` entering that block.
         """
-        if return_type not in ("logits", "loss", "both", None):
-            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
-        for name, layer in (("start_at_layer", start_at_layer), ("stop_at_layer", stop_at_layer)):
-            if layer is not None:
-                check_layer(layer, name, -self.cfg.n_layers, self.cfg.n_layers)
-        if logits_to_keep and return_type in ("loss", "both"):
-            raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
-        if start_at_layer is None:
-            residual, tokens, shortformer_pos_embed, attention_mask = self.input_to_embed(
-                input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
-            )
-        else:
-            check_no_text_for_residual(input, start_at_layer, self.cfg.d_model)
-            if tokens is not None:
-                check_token_shape(tokens, "tokens")
-            residual = input
-            self.forward_state = self._make_state(
-                residual.shape[0], residual.shape[1], attention_mask, past_kv_cache, step=step
-            )
-            self.forward_state.tokens = tokens
-            if hasattr(self, "per_layer_embed") and tokens is not None:  # Gemma 3n/4: per-layer inputs from tokens
-                self.forward_state.per_layer_inputs = self.per_layer_embed(tokens, self.embed(tokens))
+        call = ForwardCall.checked(
+            self.cfg.n_layers, start_at_layer=start_at_layer, stop_at_layer=stop_at_layer, return_type=return_type,
+            loss_per_token=loss_per_token, prepend_bos=prepend_bos, padding_side=padding_side,
+            past_kv_cache=past_kv_cache, step=step, logits_to_keep=logits_to_keep,
+        )  # fmt: skip
+        residual, tokens, shortformer_pos_embed = self._enter_blocks(
+            input, call, tokens, shortformer_pos_embed, attention_mask
+        )
         state = self.forward_state
-        assert state is not None  # input_to_embed or _make_state has just set it
-        for block in self.blocks[start_at_layer:stop_at_layer]:
-            residual = block(residual, state, shortformer_pos_embed)
+        assert state is not None  # _enter_blocks has just set it
+        result = self._run_blocks(residual, state, call, tokens, shortformer_pos_embed)
         if (
             past_kv_cache is not None
             and not past_kv_cache.frozen
             and not getattr(past_kv_cache, "counts_own_forwards", False)
         ):
             past_kv_cache.n_forwards += 1
-        if stop_at_layer is not None:
+        return result
+
+    # -- the template steps of forward (a pipeline replaces these two) ------------------------
+    def _enter_blocks(self, input, call: ForwardCall, tokens, shortformer_pos_embed, attention_mask):
+        """The residual entering block `call.start` (the embedded input, or `input` itself) and `forward_state`.
+
+        Returns `(residual [batch, pos, d_model], tokens, shortformer_pos_embed)`.
+        """
+        if call.start is None:
+            residual, tokens, shortformer_pos_embed, _ = self.input_to_embed(
+                input, call.prepend_bos, call.padding_side, attention_mask, call.past_kv_cache, step=call.step
+            )
+            return residual, tokens, shortformer_pos_embed
+        check_residual_input(input, call.start, tokens, self.cfg.d_model)
+        state = self.forward_state = self._make_state(
+            input.shape[0], input.shape[1], attention_mask, call.past_kv_cache, step=call.step
+        )
+        state.tokens = tokens
+        if hasattr(self, "per_layer_embed") and tokens is not None:  # Gemma 3n/4: per-layer inputs from tokens
+            state.per_layer_inputs = self.per_layer_embed(tokens, self.embed(tokens))
+        return input, tokens, shortformer_pos_embed
+
+    def _run_blocks(
+        self,
+        residual: Float[torch.Tensor, "batch pos d_model"],
+        state: ForwardState,
+        call: ForwardCall,
+        tokens: Int[torch.Tensor, "batch pos"] | None,
+        shortformer_pos_embed: Float[torch.Tensor, "batch pos d_model"] | None,
+    ):
+        """Blocks `call.start` to `call.stop` on `residual`, then (for a call that runs to the end) the head.
+
+        Returns the residual entering block `call.stop`, or what `call.return_type` asks for.
+        """
+        for block in self.blocks[call.start : call.stop]:
+            residual = block(residual, state, shortformer_pos_embed)
+        if call.stop is not None:
             return residual
+        logits = self._final_logits(residual, call)
+        return None if logits is None else self._output(logits, tokens, state, call)
+
+    def _final_logits(self, residual: Float[torch.Tensor, "batch pos d_model"], call: ForwardCall):
+        """`ln_final` and the unembedding of the last block's residual (None for `return_type=None`)."""
         if hasattr(self, "altup_streams"):  # Gemma 3n: the streams become one again
             residual = self.altup_streams.collapse(residual)
         if self.cfg.normalization_type is not None:
             residual = self.ln_final(residual)
-        if return_type is None:
+        if call.return_type is None:
             return None
-        logits = self._unembed(residual, logits_to_keep)  # [batch, pos or logits_to_keep, d_vocab_out]
-        if return_type == "logits":
+        return self._unembed(residual, call.logits_to_keep)  # [batch, pos or logits_to_keep, d_vocab_out]
+
+    def _output(
+        self, logits: Float[torch.Tensor, "batch pos d_vocab_out"], tokens, state: ForwardState, call: ForwardCall
+    ):
+        """The logits, the loss or both, as `call.return_type` asks."""
+        if call.return_type == "logits":
             return logits
         if tokens is None:
             raise ValueError("A loss needs tokens: pass tokens= when starting from embeddings or a residual")
-        new_mask = state.new_mask()
-        loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
-        return loss if return_type == "loss" else Output(logits, loss)
+        loss = lm_cross_entropy_loss(logits, tokens, state.new_mask(), per_token=call.loss_per_token)
+        return loss if call.return_type == "loss" else Output(logits, loss)
 
     def _unembed(self, residual: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int) -> torch.Tensor:
         """`unembed(residual)`, as TransformerLens calls it; `logits_to_keep` goes only to hooked's own `Unembed`.

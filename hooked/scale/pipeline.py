@@ -29,7 +29,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -39,9 +39,9 @@ from hooked.analysis import patching
 from hooked.analysis.activation_cache import ActivationCache
 from hooked.components.forward_state import ForwardState
 from hooked.core.errors import InputError
-from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
-from hooked.core.validation import check_layer, check_no_text_for_residual, check_token_shape, mask_dtype_check
+from hooked.core.validation import check_residual_input, mask_dtype_check
 from hooked.loading.options import LoadOptions
+from hooked.models.forward_call import ForwardCall
 from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.scale.collectives import (
     PipelineError,
@@ -143,6 +143,7 @@ class PipelineTransformer(HookedTransformer):
     stage: Stage
     device: torch.device
     micro_batches: int = 1
+    _call_micro_batches: int | None = None  # this forward call's `micro_batches=` (None: the model's default)
     fingerprint: str = ""
     requested_keys: list[str]
 
@@ -155,25 +156,11 @@ class PipelineTransformer(HookedTransformer):
         return self.stage.rank
 
     # -- forward ---------------------------------------------------------------------------
+    # `forward` is HookedTransformer's template: this class replaces how the input enters the
+    # blocks (`_enter_blocks`: rank 0 embeds, every rank builds the same state) and how the blocks
+    # run (`_run_blocks`: stage by stage, micro-batch by micro-batch, the head on the last stage).
     @_checked_in("in forward()")
-    def forward(  # noqa: C901 (split with the seams work, #41)
-        self,
-        input,
-        return_type: str | None = "logits",
-        loss_per_token: bool = False,
-        prepend_bos=USE_DEFAULT_VALUE,
-        padding_side=USE_DEFAULT_VALUE,
-        start_at_layer: int | None = None,
-        tokens: Int[torch.Tensor, "batch pos"] | None = None,
-        shortformer_pos_embed=None,
-        attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
-        stop_at_layer: int | None = None,
-        past_kv_cache=None,
-        *,
-        step: int | None = None,
-        logits_to_keep: int = 0,
-        micro_batches: int | None = None,
-    ):
+    def forward(self, *args, micro_batches: int | None = None, **kwargs):
         """As `HookedTransformer.forward`, pipelined; a collective: every rank must call it.
 
         `micro_batches` cuts the batch into that many slices. Left out, the model's default
@@ -185,49 +172,55 @@ class PipelineTransformer(HookedTransformer):
         `start_at_layer` rank 0 sends the residual to the owner of that block and the stages
         before it stay idle (gradients then stay on each rank: nothing is sent back).
         """
+        self._call_micro_batches = micro_batches
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            self._call_micro_batches = None
+
+    def _enter_blocks(self, input, call: ForwardCall, tokens, shortformer_pos_embed, attention_mask):
+        """Rank 0 embeds (or takes the residual entering block `call.start`); every rank gets the tokens and
+        mask and builds the same `ForwardState`. The residual is None on the other ranks."""
         if shortformer_pos_embed is not None:
             raise InputError("shortformer_pos_embed is not supported on a pipelined model")
-        start, stop = self._layer_arg(start_at_layer, "start_at_layer"), self._layer_arg(stop_at_layer, "stop_at_layer")
-        if return_type not in ("logits", "loss", "both", None):
-            raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
-        if logits_to_keep and return_type in ("loss", "both"):
-            raise ValueError("logits_to_keep is for return_type='logits': a loss needs the logits of every position")
-        if past_kv_cache is not None:
-            self._release_other_stages_kv(past_kv_cache)
-        residual, state = self._start(
-            input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start, tokens
-        )
+        if call.past_kv_cache is not None:
+            self._release_other_stages_kv(call.past_kv_cache)
+        residual, state = self._start(input, call, tokens, attention_mask)
+        return residual, state.tokens, None
+
+    def _run_blocks(self, residual, state: ForwardState, call: ForwardCall, tokens, shortformer_pos_embed):
+        """The stages' blocks over micro-batches, the head on the last stage, its result on every rank."""
         batch = residual_batch(state)
-        n_micro = 1 if past_kv_cache is not None else (micro_batches or min(self.micro_batches, batch))
+        n_micro = 1 if call.past_kv_cache is not None else (self._call_micro_batches or min(self.micro_batches, batch))
         slices = _micro_slices(batch, n_micro)
-        track = torch.is_grad_enabled() and stop is None and start is None  # gradients cross ranks
-        end_rank = self.stage.world_size - 1 if stop is None else self._owner_of_residual(stop)
-        start_rank = 0 if start is None else self._owner_of_block(start)
-        if start is not None and start_rank != 0:  # rank 0 sends the residual to the stage that starts
+        track = torch.is_grad_enabled() and call.stop is None and call.start is None  # gradients cross ranks
+        end_rank = self.stage.world_size - 1 if call.stop is None else self._owner_of_residual(call.stop)
+        start_rank = 0 if call.start is None else self._owner_of_block(call.start)
+        if call.start is not None and start_rank != 0:  # rank 0 sends the residual to the stage that starts
             if self.rank == 0:
                 send_tensor(residual, start_rank, self.device)  # [batch, pos, d_model]
             elif self.rank == start_rank:
                 residual = recv_tensor(0, self.cfg.dtype, self.device)
-        error, result, stage_outs = self._run_stages(
-            residual, state, slices, (return_type, loss_per_token, logits_to_keep), track, (start, stop),
-            (start_rank, end_rank),
-        )  # fmt: skip
+        error, result, stage_outs = self._run_stages(residual, state, slices, call, track, (start_rank, end_rank))
         agree(error, "pipelined forward")
         self.forward_state = state
-        if past_kv_cache is not None and not past_kv_cache.frozen:
-            past_kv_cache.n_forwards += 1
-        if stop is not None:
+        if call.stop is not None:
             return broadcast_tensor(result, end_rank, self.device)  # [batch, pos, d_model]
-        result = self._share_result(result, return_type)
-        if track and not self.stage.is_last and stage_outs and all(out.requires_grad for out in stage_outs):
-            if return_type == "both":
+        return self._tie_gradients(self._share_result(result, call.return_type), stage_outs, call, track)
+
+    def _tie_gradients(self, result, stage_outs: list[torch.Tensor], call: ForwardCall, track: bool):
+        """The shared result, wired so that `backward()` on it runs on every rank (see pipeline_grad.py)."""
+        if not track:
+            return result
+        if not self.stage.is_last and stage_outs and all(out.requires_grad for out in stage_outs):
+            if call.return_type == "both":
                 assert isinstance(result, Output)  # _share_result gives an Output for "both"
                 return Output(result.logits, self._check_in_backward(self._tie_to_stage(result.loss, stage_outs)))
             result = self._tie_to_stage(result, stage_outs) if isinstance(result, torch.Tensor) else None
-        elif track and self.stage.is_last and return_type == "both":
+        elif self.stage.is_last and call.return_type == "both":
             assert isinstance(result, Output)  # _share_result gives an Output for "both"
             return Output(result.logits, self._check_in_backward(result.loss))
-        return self._check_in_backward(result) if track and isinstance(result, torch.Tensor) else result
+        return self._check_in_backward(result) if isinstance(result, torch.Tensor) else result
 
     def _check_in_backward(self, result: torch.Tensor) -> torch.Tensor:
         """`result`, whose backward first checks in (every rank calls `backward()` on the same result)."""
@@ -243,18 +236,20 @@ class PipelineTransformer(HookedTransformer):
                 entry._keys = entry._keys[:, :0].clone()  # [batch, 0, kv_head, d_head]
                 entry._values = entry._values[:, :0].clone()
 
-    def _start(self, input, prepend_bos, padding_side, attention_mask, past_kv_cache, step, start=None, tokens=None):
-        """Rank 0 embeds (or takes the residual entering block `start`); every rank gets the tokens and
+    def _start(self, input, call: ForwardCall, tokens, attention_mask):
+        """Rank 0 embeds (or takes the residual entering block `call.start`); every rank gets the tokens and
         mask and builds the same `ForwardState`."""
         residual, info, first_error = None, None, None
         if self.stage.is_first:
             try:
-                if start is None:
+                if call.start is None:
                     residual, tokens, _, mask = self.input_to_embed(
-                        input, prepend_bos, padding_side, attention_mask, past_kv_cache, step=step
+                        input, call.prepend_bos, call.padding_side, attention_mask, call.past_kv_cache, step=call.step
                     )
                 else:
-                    residual, mask = self._residual_input(input, start, tokens, attention_mask)
+                    check_residual_input(input, call.start, tokens, self.cfg.d_model)
+                    residual = input.to(self.device, self.cfg.dtype)  # [batch, pos, d_model]: what the stages exchange
+                    mask = None if attention_mask is None else mask_dtype_check(attention_mask).long()
                 batch, n_new = residual.shape[:2]
                 info = dict(batch=batch, n_new=n_new, mask=mask, tokens=tokens)
             except Exception as e:  # reported to every rank below
@@ -264,27 +259,15 @@ class PipelineTransformer(HookedTransformer):
             raise PipelineError(f"pipelined forward: {info}") from first_error
         if isinstance(info, str):
             raise secondary(f"pipelined forward: {info}", [0]) from None
-        if not self.stage.is_first or start is not None:  # (rank 0's embedding built its state already)
+        if not self.stage.is_first or call.start is not None:  # (rank 0's embedding built its state already)
             mask = None if info["mask"] is None else info["mask"].to(self.device)
-            self.forward_state = self._make_state(info["batch"], info["n_new"], mask, past_kv_cache, step=step)
+            self.forward_state = self._make_state(
+                info["batch"], info["n_new"], mask, call.past_kv_cache, step=call.step
+            )
             self.forward_state.tokens = None if info["tokens"] is None else info["tokens"].to(self.device)
         state = self.forward_state
         assert state is not None  # input_to_embed (rank 0) or _make_state (above) has just set it
         return residual, state
-
-    def _residual_input(self, residual, start: int, tokens, attention_mask):
-        """`(residual, mask)` for `start_at_layer`, checked as `HookedTransformer.forward` checks them."""
-        check_no_text_for_residual(residual, start, self.cfg.d_model)
-        if tokens is not None:
-            check_token_shape(tokens, "tokens")
-        residual = residual.to(self.device, self.cfg.dtype)  # [batch, pos, d_model]: what the stages exchange
-        return residual, None if attention_mask is None else mask_dtype_check(attention_mask).long()
-
-    def _layer_arg(self, layer: int | None, name: str) -> int | None:
-        if layer is None:
-            return None
-        check_layer(layer, name, -self.cfg.n_layers, self.cfg.n_layers)
-        return layer + self.cfg.n_layers if layer < 0 else layer
 
     def _owner_of_block(self, layer: int) -> int:
         """The rank running block `layer` (the last rank, holding `ln_final`, for `n_layers`)."""
@@ -296,16 +279,16 @@ class PipelineTransformer(HookedTransformer):
         """The rank holding the residual that enters block `stop` (the embedding's rank for 0)."""
         return 0 if stop == 0 else owner_of(f"blocks.{stop - 1}", self.stage.world_size, self.cfg.n_layers)
 
-    def _run_stages(self, residual, state, slices, head_args, track, layers, ranks):  # noqa: C901 (split with the seams work, #41)
+    def _run_stages(
+        self, residual, state, slices, call: ForwardCall, track: bool, ranks: tuple[int, int]
+    ) -> tuple[BaseException | None, Any, list[torch.Tensor]]:
         """This rank's part of every micro-batch; returns `(error or None, end stage's result, sent slices)`.
 
-        `layers` is `(start, stop)` (None for the model's ends). The pipeline runs from
-        `start_rank` (rank 0, or the owner of block `start`) to `end_rank` (the last rank, or
-        the owner of `stop`'s residual); other ranks stay idle. With `track`, each received
-        slice records a `SendGradBack` node (see pipeline_grad.py).
+        The pipeline runs from `start_rank` (rank 0, or the owner of block `call.start`) to
+        `end_rank` (the last rank, or the owner of `call.stop`'s residual); other ranks stay idle.
+        With `track`, each received slice records a `SendGradBack` node (see pipeline_grad.py).
         """
-        return_type, loss_per_token, logits_to_keep = head_args
-        (start, stop), (start_rank, end_rank) = layers, ranks
+        start_rank, end_rank = ranks
         if not start_rank <= self.rank <= end_rank:
             return None, None, []
         is_start, is_end = self.rank == start_rank, self.rank == end_rank
@@ -318,51 +301,44 @@ class PipelineTransformer(HookedTransformer):
                 x = SendGradBack.apply(x.requires_grad_(), mailbox, i)
             if error is None and not upstream_failed and x is not None:  # (x is None only if upstream failed)
                 try:
-                    x = self._run_blocks(x, _slice_state(state, sl), start, stop)
-                    if is_end and stop is not None:
-                        outs.append(x)
-                    elif is_end and return_type is not None:
-                        outs.append(self._head(x, logits_to_keep))
+                    x = self._run_stage_blocks(x, _slice_state(state, sl), call)
+                    if is_end and (call.stop is not None or call.return_type is not None):
+                        outs.append(x if call.stop is not None else self._final_logits(x, call))
                 except Exception as e:
                     error = e
             if not is_end:
                 send_tensor(None if (error or upstream_failed) else x, self.rank + 1, self.device)
                 sent.append(x)
         self.forward_state = state
-        result = None
-        if is_end and stop is not None and error is None and not upstream_failed:
-            result = torch.cat(outs)  # [batch, pos, d_model]
-        elif is_end and error is None and not upstream_failed and return_type is not None:
-            try:
-                result = self._loss_and_logits(torch.cat(outs), state, return_type, loss_per_token)
-            except Exception as e:
-                error = e
-        return error, result, sent if error is None and not upstream_failed else []
+        if error is not None or upstream_failed:
+            return error, None, []
+        if not is_end:
+            return None, None, sent
+        return self._end_result(outs, state, call)
 
-    def _run_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, start=None, stop=None):
+    def _end_result(
+        self, outs: list[torch.Tensor], state: ForwardState, call: ForwardCall
+    ) -> tuple[BaseException | None, Any, list[torch.Tensor]]:
+        """The end stage's slices joined: the residual at `call.stop`, or the head's output."""
+        if call.stop is not None:
+            return None, torch.cat(outs), []  # [batch, pos, d_model]
+        if call.return_type is None:
+            return None, None, []
+        try:
+            return None, self._output(torch.cat(outs), state.tokens, state, call), []
+        except Exception as e:
+            return e, None, []
+
+    def _run_stage_blocks(self, x: Float[torch.Tensor, "batch pos d_model"], state: ForwardState, call: ForwardCall):
+        """This stage's blocks (within `call.start`..`call.stop`) on one micro-batch slice."""
         self.forward_state = state
         for layer in self.stage.layers:
-            if start is not None and layer < start:
+            if call.start is not None and layer < call.start:
                 continue
-            if stop is not None and layer >= stop:
+            if call.stop is not None and layer >= call.stop:
                 break
             x = self.blocks[layer](x, state, None)  # [batch, pos, d_model]
         return x
-
-    def _head(self, x: Float[torch.Tensor, "batch pos d_model"], logits_to_keep: int) -> torch.Tensor:
-        if self.cfg.normalization_type is not None:
-            x = self.ln_final(x)
-        return self.unembed(x, logits_to_keep)  # [batch, pos, d_vocab_out]
-
-    def _loss_and_logits(self, logits, state: ForwardState, return_type: str, loss_per_token: bool):
-        if return_type == "logits":
-            return logits
-        tokens = state.tokens
-        if tokens is None:
-            raise ValueError("A loss needs tokens: pass tokens, not embeddings, to a pipelined model")
-        new_mask = None if state.attention_mask is None else state.attention_mask[:, -tokens.shape[1] :]
-        loss = lm_cross_entropy_loss(logits, tokens, new_mask, per_token=loss_per_token)
-        return loss if return_type == "loss" else (logits, loss)
 
     def _share_result(self, result, return_type):
         """Collective: the last stage's logits / loss on every rank."""

@@ -13,9 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from hooked import HookedTransformer  # noqa: E402
+from hooked import HookedTransformer
 
 
 def main(checkpoint: str, out: Path) -> None:

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from hooked import HookedTransformer  # noqa: E402
-from hooked.analysis.patching import get_act_patch_resid_pre  # noqa: E402
-from hooked.scale.collectives import PipelineError  # noqa: E402
-from hooked.scale.pipeline import PipelineTransformer  # noqa: E402
+from hooked import HookedTransformer
+from hooked.analysis.patching import get_act_patch_resid_pre
+from hooked.scale.collectives import PipelineError
+from hooked.scale.pipeline import PipelineTransformer
 
 TIMEOUT_S = 60.0
 
