@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.forward_state import ForwardState
 from hooked.components.hubert import (
     AudioFrontendConfig,
@@ -28,7 +29,7 @@ from hooked.components.hubert import (
 )
 from hooked.components.norms import LayerNorm
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.models.hooked_model import HookedModel
 from hooked.models.stacked_weights_mixin import StackedWeights, StackedWeightsMixin  # noqa: F401  (StackedWeights: importable from here before)
 

@@ -17,11 +17,12 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, encoder_state
 from hooked.components.unembed import Unembed
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, TokenError
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.core.validation import check_token_range
 from hooked.models.hooked_model import HookedModel
 from hooked.models.weight_views_mixin import WeightViewsMixin

@@ -18,12 +18,13 @@ import torch.nn as nn
 import tqdm
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.embed import Embed
 from hooked.components.norms import RMSNorm
 from hooked.components.t5 import T5Block
 from hooked.components.unembed import Unembed
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
 from hooked.generation.sampling import sample_next_token
 from hooked.models.hooked_model import HookedModel

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components import Embed, PosEmbed, Unembed
 from hooked.components.altup import AltUpStreams
 from hooked.components.forward_state import ForwardState
@@ -25,7 +26,7 @@ from hooked.components.post_norm_block import block_class
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.dtypes import cast_parameter, parameter_requires_grad
 from hooked.core.errors import AttentionMaskError, ConfigError, InputError, TokenError
-from hooked.core.hook_points import HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.core.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
 from hooked.core.validation import (
     check_kv_cache,

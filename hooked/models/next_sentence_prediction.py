@@ -14,6 +14,8 @@ from typing import Literal
 import torch
 from jaxtyping import Float, Int
 
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
+
 PREDICTIONS = ("The sentences are sequential", "The sentences are NOT sequential")
 
 
