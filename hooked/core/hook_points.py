@@ -591,7 +591,8 @@ class HookedRootModule(nn.Module):
                 "torch.no_grad() or torch.inference_mode() is active). Run it inside `with torch.enable_grad():` "
                 "or call torch.set_grad_enabled(True) first."
             )
-        cache, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, None, pos_slice)
+        store = self._new_cache_store()
+        cache, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, store, pos_slice)
         with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
             out = self(*model_args, **model_kwargs)
             if incl_bwd:
@@ -603,7 +604,16 @@ class HookedRootModule(nn.Module):
                         "(every parameter has requires_grad=False?). Call model.requires_grad_(True) first."
                     )
                 out.backward()
-        return out, cache
+        return out, self._cache_dict_from(cache)
+
+    # seams of run_with_cache: a pipelined model records each micro-batch's slice, then joins them
+    def _new_cache_store(self) -> dict[str, torch.Tensor]:
+        """The mapping `run_with_cache`'s hooks record into (a fresh dict)."""
+        return {}
+
+    def _cache_dict_from(self, store: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The `{hook_name: activation}` dict of what the hooks recorded into `store` (the store itself)."""
+        return store
 
 
 def _pos_index(pos_slice) -> Any:

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.analysis.activation_cache import ActivationCache
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.forward_state import ForwardState
 from hooked.components.hubert import (
     AudioFrontendConfig,
@@ -29,13 +29,14 @@ from hooked.components.hubert import (
 )
 from hooked.components.norms import LayerNorm
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookedRootModule, HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
+from hooked.models.hooked_model import HookedModel
 from hooked.models.stacked_weights_mixin import StackedWeights, StackedWeightsMixin  # noqa: F401  (StackedWeights: importable from here before)
 
 logger = logging.getLogger(__name__)
 
 
-class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
+class HookedAudioEncoder(StackedWeightsMixin, HookedModel):
     """HuBERT (`HubertModel`): waveform `[batch, samples]` -> hidden states `[batch, frames, d_model]`.
 
     Built from a config alone (`audio_cfg=None`, as TransformerLens's constructor) it has only
@@ -158,21 +159,8 @@ class HookedAudioEncoder(StackedWeightsMixin, HookedRootModule):
             frames, mask = self.to_frames(inputs, one_zero_attention_mask=one_zero_attention_mask)
         return self.encoder_output(frames, mask)
 
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Run forward and return `(hidden, ActivationCache)` (or a dict with `return_cache_object=False`)."""
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-
     def all_head_labels(self) -> list[str]:
         return [f"L{layer}H{h}" for layer in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
-
-    def to(self, *args, **kwargs):
-        kwargs.pop("print_details", None)
-        out = super().to(*args, **kwargs)
-        self.cfg.device, self.cfg.dtype = str(self.device), self.encoder_ln.w.dtype
-        return out
 
     @classmethod
     def from_pretrained(

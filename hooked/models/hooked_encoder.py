@@ -17,13 +17,14 @@ import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.analysis.activation_cache import ActivationCache
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.bert import BertBlock, BertEmbed, BertMLMHead, BertNSPHead, BertPooler, encoder_state
 from hooked.components.unembed import Unembed
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, TokenError
-from hooked.core.hook_points import HookedRootModule, HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.core.validation import check_token_range
+from hooked.models.hooked_model import HookedModel
 from hooked.models.weight_views_mixin import WeightViewsMixin
 
 logger = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 HEADS = ("mlm", "pooler", "nsp")  # the optional parts a checkpoint may lack
 
 
-class HookedEncoder(WeightViewsMixin, HookedRootModule):
+class HookedEncoder(WeightViewsMixin, HookedModel):
     """A BERT encoder with masked-LM, pooler and next-sentence heads.
 
     Arguments:
@@ -72,10 +73,7 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
         self.hook_full_embed = HookPoint()  # [batch, pos, d_model]
         self.missing_heads: set[str] = set()  # parts the loaded checkpoint did not have
         self.init_weights()
-        if cfg.device is None:
-            cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if move_to_device:
-            self.to(cfg.device)
+        self._place_on_device(move_to_device)
         self.setup()
 
     def init_weights(self) -> None:
@@ -213,14 +211,7 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
                 "use encoder_output(), or load a checkpoint with that head (BertForPreTraining has all of them)."
             )
 
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Run forward and return `(output, ActivationCache)` (or a dict with `return_cache_object=False`)."""
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-
-    # -- weights and devices -----------------------------------------------------------
+    # -- weights (run_with_cache, to: hooked/models/hooked_model.py) ---------------------
     @property
     def W_E(self) -> Float[torch.Tensor, "d_vocab d_model"]:
         return self.embed.embed.W_E
@@ -228,15 +219,6 @@ class HookedEncoder(WeightViewsMixin, HookedRootModule):
     @property
     def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"]:
         return self.embed.pos_embed.W_pos
-
-    def to(self, *args, print_details: bool = True, **kwargs):
-        device = kwargs.get("device") or next((a for a in args if isinstance(a, (str, torch.device))), None)
-        dtype = kwargs.get("dtype") or next((a for a in args if isinstance(a, torch.dtype)), None)
-        if device is not None:
-            self.cfg.device = str(device)
-        if dtype is not None:
-            self.cfg.dtype = dtype
-        return super().to(*args, **kwargs)
 
 
 def _check_ids(ids: torch.Tensor, n: int, name: str, shape: torch.Size | None = None) -> torch.Tensor:

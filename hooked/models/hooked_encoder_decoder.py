@@ -18,21 +18,22 @@ import torch.nn as nn
 import tqdm
 from jaxtyping import Float, Int
 
-from hooked.analysis.activation_cache import ActivationCache
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components.embed import Embed
 from hooked.components.norms import RMSNorm
 from hooked.components.t5 import T5Block
 from hooked.components.unembed import Unembed
 from hooked.core.config import HookedTransformerConfig
-from hooked.core.hook_points import HookedRootModule, HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.generation.kv_cache import HookedTransformerKeyValueCacheEntry
 from hooked.generation.sampling import sample_next_token
+from hooked.models.hooked_model import HookedModel
 from hooked.models.stacked_weights_mixin import StackedWeights, StackedWeightsMixin  # noqa: F401  (StackedWeights: importable from here before)
 
 logger = logging.getLogger(__name__)
 
 
-class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
+class HookedEncoderDecoder(StackedWeightsMixin, HookedModel):
     """T5 (`T5ForConditionalGeneration`), computing exactly what HF computes in eager mode."""
 
     def __init__(self, cfg: HookedTransformerConfig | dict, tokenizer=None, move_to_device: bool = True, **kwargs: Any):
@@ -251,20 +252,7 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedRootModule):
             raise ValueError("stop_at_eos needs eos_token_id= (or a tokenizer with an EOS token)")
         return [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
 
-    # -- caching, devices, loading -------------------------------------------------------
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Run forward and return `(logits, ActivationCache)` (or a dict with `return_cache_object=False`)."""
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-
-    def to(self, *args, **kwargs):
-        kwargs.pop("print_details", None)
-        out = super().to(*args, **kwargs)
-        self.cfg.device, self.cfg.dtype = str(self.device), self.embed.W_E.dtype
-        return out
-
+    # -- loading (run_with_cache, to: hooked/models/hooked_model.py) ---------------------
     @classmethod
     def from_pretrained(
         cls,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
 import torch.nn as nn
 from jaxtyping import Float, Int
 
-from hooked.analysis.activation_cache import ActivationCache
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.components import Embed, PosEmbed, Unembed
 from hooked.components.altup import AltUpStreams
 from hooked.components.forward_state import ForwardState
@@ -26,7 +26,7 @@ from hooked.components.post_norm_block import block_class
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.dtypes import cast_parameter, parameter_requires_grad
 from hooked.core.errors import AttentionMaskError, ConfigError, InputError, TokenError
-from hooked.core.hook_points import HookedRootModule, HookPoint
+from hooked.core.hook_points import HookedRootModule, HookPoint  # noqa: F401  (TransformerLens imports it from this module)
 from hooked.core.utils import USE_DEFAULT_VALUE, get_attention_mask, lm_cross_entropy_loss, positions_from_mask
 from hooked.core.validation import (
     check_kv_cache,
@@ -39,6 +39,7 @@ from hooked.core.validation import (
 from hooked.generation import loop as _generation
 from hooked.generation.kv_cache import StaticKeyValueCache
 from hooked.models.forward_call import ForwardCall
+from hooked.models.hooked_model import CacheInputs, HookedModel
 from hooked.models.tokenizer_mixin import TokenIndexMixin, TokenizerMixin  # noqa: F401  (TokenIndexMixin: importable from here before)
 from hooked.models.weight_processing_mixin import WeightProcessingMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
@@ -76,7 +77,7 @@ _GQA_ATTN_IN = (
 )
 
 
-class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin, HookedRootModule):
+class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin, HookedModel):
     """A transformer language model with a hook on every activation (TransformerLens API).
 
     The model is built from `hooked.components` (embedding, blocks, final norm, unembedding); every
@@ -122,12 +123,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         self.forward_state: ForwardState | None = None
         if cfg.init_weights:
             self.init_weights()
-        if move_to_device and cfg.device is not None:
-            self.to(cfg.device)
-        elif cfg.device is None:
-            cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-            if move_to_device:
-                self.to(cfg.device)
+        self._place_on_device(move_to_device)
         self.setup()
 
     # -- construction ----------------------------------------------------------------
@@ -693,49 +689,12 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         """The tokens every process continues `generate` with (a pipeline: the last stage's)."""
         return next_tokens
 
-    # -- caching -----------------------------------------------------------------------
-    def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
-        """Run forward and return `(output, ActivationCache)`, recording every hooked activation.
-
-        Args:
-            *model_args: the arguments of `forward` (text, tokens, ...).
-            return_cache_object: an `ActivationCache` (True) or a plain dict.
-            remove_batch_dim: store `activation[0]` (the batch must be 1).
-            **kwargs: `names_filter` (a name, a list of names or a predicate: which hooks to
-                cache; unknown exact names raise), `device` (where to store), `incl_bwd` (also
-                cache gradients under `name + "_grad"`; the output must be a scalar), `pos_slice`
-                (positions to keep), `reset_hooks_end`, `clear_contexts`, and `forward`'s keywords.
-
-        Returns:
-            `(output, cache)`; the cache also stores the run's `tokens` and `attention_mask`.
-        """
-        out, cache_dict = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if not return_cache_object:
-            return out, cache_dict
-        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-        if self.forward_state is not None:
-            cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
-        return out, cache
-
-    def shared_cache_dict(self, local: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
-        """The cache of activations this process recorded, as every reader sees it (a pipeline shares it)."""
-        return local
-
-    # -- misc --------------------------------------------------------------------------
-    @property
-    def n_params_total(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def to(self, *args, print_details: bool = True, **kwargs):
-        device, dtype = _device_and_dtype(args, kwargs)
-        if device is not None:
-            self.cfg.device = str(device)
-        if dtype is not None:
-            self.cfg.dtype = dtype
-        return super().to(*args, **kwargs)
-
-    def move_model_modules_to_device(self):
-        return self.to(self.cfg.device)
+    # -- caching (run_with_cache: hooked/models/hooked_model.py) --------------------------
+    def _cache_inputs(self) -> CacheInputs:
+        """The tokens and padding mask of the last forward, stored on `run_with_cache`'s cache."""
+        if self.forward_state is None:
+            return None, None
+        return self.forward_state.tokens, self.forward_state.attention_mask
 
 
 def _check_no_empty_text(input: str | list[str], text_mask: torch.Tensor) -> None:
@@ -751,13 +710,3 @@ def _check_no_empty_text(input: str | list[str], text_mask: torch.Tensor) -> Non
 
 def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _device_and_dtype(args, kwargs):
-    device, dtype = kwargs.get("device"), kwargs.get("dtype")
-    for a in args:
-        if isinstance(a, torch.dtype):
-            dtype = a
-        elif isinstance(a, (str, torch.device)):
-            device = a
-    return device, dtype

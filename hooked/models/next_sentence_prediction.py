@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from jaxtyping import Float, Int
 
-from hooked.analysis.activation_cache import ActivationCache
+from hooked.analysis.activation_cache import ActivationCache  # noqa: F401  (TransformerLens imports it from this module)
 
 PREDICTIONS = ("The sentences are sequential", "The sentences are NOT sequential")
 
@@ -95,12 +95,9 @@ class BertNextSentencePrediction:
     def run_with_cache(self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs):
         """`(nsp_logits, cache)`: the wrapped model's `run_with_cache` with this forward in place of the MLM one."""
         with self._forward_as_nsp():
-            out, cache_dict = self.model.run_with_cache(
-                *model_args, return_cache_object=False, remove_batch_dim=remove_batch_dim, **kwargs
+            return self.model.run_with_cache(
+                *model_args, return_cache_object=return_cache_object, remove_batch_dim=remove_batch_dim, **kwargs
             )
-        if not return_cache_object:
-            return out, cache_dict
-        return out, ActivationCache(cache_dict, self.model, has_batch_dim=not remove_batch_dim)
 
     @contextmanager
     def _forward_as_nsp(self):

@@ -413,11 +413,11 @@ class HookedVisionLanguageModel(HookedTransformer):
         tiled = None if n_images is None else self._tiled(n_images, batch_num_images)
         return image_positions(self.vcfg, tokens, sizes, tiled, image_grid_thw)
 
-    def to(self, *args, **kwargs):
-        out = super().to(*args, **kwargs)
+    def _keep_cfg_in_step(self, device: torch.device | str | None, dtype: torch.dtype | None) -> None:
+        """`to` keeps the vision tower's config in step too (one device and dtype for both towers)."""
+        super()._keep_cfg_in_step(device, dtype)
         if self.cfg.vision_language is not None:
             self.vcfg.vision.dtype, self.vcfg.vision.device = self.cfg.dtype, self.cfg.device
-        return out
 
 
 def image_blocks(is_image: Bool[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch pos"]:

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 
 from hooked.analysis import interventions, patching
-from hooked.analysis.activation_cache import ActivationCache
 from hooked.circuits import attribution
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, RemoteError, WireError
 from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 from hooked.generation import loop
 from hooked.generation.options import OPTION_NAMES, GenerationOptions, resolve_options
+from hooked.models.hooked_model import activation_cache
 from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.models.tokenizer_mixin import TokenizerMixin
 from hooked.models.weight_views_mixin import WeightViewsMixin
@@ -279,9 +279,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
             cache_dict = {k: v[0] for k, v in cache_dict.items()}
         if not return_cache_object:
             return output, cache_dict
-        cache = ActivationCache(cache_dict, self, has_batch_dim=not remove_batch_dim)
-        cache.tokens, cache.attention_mask = tensors["tokens"], tensors.get("attention_mask")
-        return output, cache
+        return output, activation_cache(
+            cache_dict, self, remove_batch_dim, (tensors["tokens"], tensors.get("attention_mask"))
+        )
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, *args, on_token: Callable[[dict], None] | None = None, **kwargs):
@@ -369,8 +369,9 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         cache = None
         cache_dict = {k[6:]: v for k, v in out.items() if k.startswith("cache/")}
         if cache_dict:
-            cache = ActivationCache(cache_dict, self)
-            cache.tokens, cache.attention_mask = out.get("cache_tokens"), out.get("cache_attention_mask")
+            cache = activation_cache(
+                cache_dict, self, False, (out.get("cache_tokens"), out.get("cache_attention_mask"))
+            )
         sequences = out["sequences"]
         logits = tuple(out["logits"].unbind(1)) if "logits" in out else None
         text = [self.tokenizer.decode(r, skip_special_tokens=True) for r in sequences] if self.tokenizer else None

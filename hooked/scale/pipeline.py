@@ -36,7 +36,6 @@ import torch.distributed as dist
 from jaxtyping import Float, Int
 
 from hooked.analysis import patching
-from hooked.analysis.activation_cache import ActivationCache
 from hooked.components.forward_state import ForwardState
 from hooked.core.errors import InputError
 from hooked.core.validation import check_residual_input, mask_dtype_check
@@ -368,42 +367,23 @@ class PipelineTransformer(HookedTransformer):
         """Collective: the last stage's sampled tokens on every rank (used by `generate`)."""
         return broadcast_tensor(next_tokens, self.stage.world_size - 1, self.device)
 
-    # -- caches ------------------------------------------------------------------------------
+    # -- caches (run_with_cache: hooked/models/hooked_model.py) ----------------------------------
     @_checked_in("in run_with_cache()")
-    def run_with_cache(
-        self,
-        *model_args,
-        names_filter=None,
-        device=None,
-        remove_batch_dim: bool = False,
-        incl_bwd: bool = False,
-        reset_hooks_end: bool = True,
-        clear_contexts: bool = False,
-        pos_slice=None,
-        return_cache_object: bool = True,
-        **model_kwargs,
-    ):
+    def run_with_cache(self, *model_args, **kwargs):
         """Collective. Each activation stays on the rank that computed it; `cache[name]` broadcasts it.
 
         Every rank must index the cache in the same order (SPMD), since reading an
         activation is a broadcast from its owner. Micro-batch slices are concatenated.
         """
-        parts = SliceParts(self.hook_dict)
-        _, fwd, bwd = self.get_caching_hooks(names_filter, incl_bwd, device, remove_batch_dim, parts, pos_slice)
-        with self.hooks(fwd, bwd, reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts):
-            out = self(*model_args, **model_kwargs)
-            if incl_bwd:
-                if not isinstance(out, torch.Tensor) or out.numel() != 1:
-                    raise ValueError("incl_bwd=True needs a scalar output: pass return_type='loss'.")
-                out.backward()  # every rank: gradients flow back stage by stage
-        cache_dict = self.shared_cache_dict(parts.assemble())
-        if not return_cache_object:
-            return out, cache_dict
-        # DistributedCacheDict is a read-through Mapping that ActivationCache reads like its dict
-        cache = ActivationCache(cast("dict[str, torch.Tensor]", cache_dict), self, has_batch_dim=not remove_batch_dim)
-        if self.forward_state is not None:
-            cache.tokens, cache.attention_mask = self.forward_state.tokens, self.forward_state.attention_mask
-        return out, cache
+        return super().run_with_cache(*model_args, **kwargs)
+
+    def _new_cache_store(self) -> SliceParts:
+        """Each hook records one value per micro-batch slice (gradients placed by their forward call)."""
+        return SliceParts(self.hook_dict)
+
+    def _cache_dict_from(self, store: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This rank's activations, each slice list joined along the batch."""
+        return cast(SliceParts, store).assemble()
 
     # -- weights of other stages ---------------------------------------------------------------
     def _from_rank(self, owner: int, read, what: str) -> torch.Tensor:
