@@ -655,6 +655,7 @@ def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
 GENERATE = GenerateSignature()
 #: `generate_stream`'s: `generate`'s, with `verbose=False` and `max_tokens_per_yield` (new tokens per chunk).
 STREAM = GenerateSignature(
+    name="generate_stream",
     verbose=False,
     extra=(inspect.Parameter("max_tokens_per_yield", inspect.Parameter.KEYWORD_ONLY, default=25, annotation=int),),
 )

@@ -243,11 +243,13 @@ class GenerateSignature:
     field added to `GenerationOptions` is a keyword of every generate at once.
 
     Attributes:
+        name: the function's name, for the errors of a wrong call.
         first: the receiver's name ("model" for the loop's functions, "self" for methods).
         verbose: the default of `verbose` (`generate_stream` shows no bar by default).
         extra: the caller's own keyword-only parameters, placed before the options.
     """
 
+    name: str = "generate"
     first: str = "model"
     verbose: bool = True
     extra: tuple[inspect.Parameter, ...] = ()
@@ -275,7 +277,10 @@ class GenerateSignature:
 
     def bind(self, *args, **kwargs) -> GenerateCall:
         """Bind a call as Python binds one to `signature` (a TypeError naming a wrong argument)."""
-        bound = self.signature.bind(*args, **kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.name}() {e}") from None  # as Python words it: "generate() got an ..."
         bound.apply_defaults()
         values = bound.arguments
         return GenerateCall(
