@@ -294,7 +294,8 @@ class GenerateSignature:
 
     def surface(self, fn):
         """Give `fn` (which takes `*args, **kwargs` and calls `bind`) this signature, and append the
-        options' documentation to its docstring, so `help()` and IDEs show every parameter."""
+        options' documentation to its docstring: `help()`, `inspect.signature` and the editors that
+        inspect live objects (IPython, Jupyter) show every parameter."""
         fn.__signature__ = self.signature
         fn.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{OPTIONS_DOC}"
         return fn
