@@ -44,11 +44,11 @@ from hooked.core.utils import USE_DEFAULT_VALUE, AtSteps
 from hooked.core.validation import check_model_input, check_token_range, mask_dtype_check, mask_is_all_ones
 from hooked.generation.kv_cache import HookedTransformerKeyValueCache, StaticKeyValueCache, check_static_supported
 from hooked.generation.options import (  # noqa: F401  (RETURN_TYPES: importable from here)
-    OPTION_NAMES,
     RETURN_TYPES,
+    GenerateCall,
+    GenerateSignature,
     GenerationOptions,
     check_eos_in_vocab,
-    resolve_options,
 )
 from hooked.generation.sampling import (  # noqa: F401  (re-exported: they were importable from here)
     _check_sampling,
@@ -154,20 +154,42 @@ def prepare_prompt(
 
 
 # =========================================================================================
-# Options and the growing state of one call
+# One call: its options, and what they imply for this model and prompt
 # =========================================================================================
-@dataclass(frozen=True)
-class _Options:
-    max_new_tokens: int
-    use_past_kv_cache: bool
-    stop_ids: torch.Tensor | None  # [n_stop]; None when not stopping at EOS
-    pad_id: int | None  # what finished rows keep emitting
-    sampling: dict = field(default_factory=dict)  # keyword arguments of sample_next_token
-    output_logits: bool = False
-    verbose: bool = True
-    static: bool = False  # cache_implementation="static"
-    compile: bool = False  # compile the static path's decode step
-    static_options: StaticCacheOptions = field(default_factory=StaticCacheOptions)
+@dataclass
+class _Call:
+    """A validated generate call: its `GenerationOptions`, read as they are by the loop and the static
+    path, and what they imply for this model and prompt, each worked out once in `_prepare`.
+
+    Attributes:
+        options: the call's options.
+        prompt: what the prefill feeds.
+        stop_ids: `[n_stop]` ids that finish a row; None when the call does not stop at EOS.
+        pad_id: what a finished row keeps emitting (set exactly when `stop_ids` is).
+        generator: `options.generator`, or one on the prompt's device seeded with `options.seed`.
+        compiles: whether the static path compiles its decode step on this device.
+        hooks: the user's hooks, then the recorder's: attached for the whole call.
+        recorder: what `return_cache` records into (None without it).
+    """
+
+    options: GenerationOptions
+    prompt: Prompt
+    stop_ids: Int[torch.Tensor, "n_stop"] | None
+    pad_id: int | None
+    generator: torch.Generator | None
+    compiles: bool
+    hooks: list
+    recorder: _StepRecorder | StaticRecorder | None
+
+    @property
+    def freq_penalty(self) -> float:
+        """The frequency penalty applied: TransformerLens applies it to token input only."""
+        return self.options.freq_penalty if self.prompt.tokens is not None else 0.0
+
+    @property
+    def static_options(self) -> StaticCacheOptions:
+        """The static cache's tuning (`options.static_options`, or the defaults)."""
+        return StaticCacheOptions() if self.options.static_options is None else self.options.static_options
 
 
 def _stop_tokens(model, stop_at_eos: bool, eos_token_id) -> tuple[list[int] | None, int | None]:
@@ -330,13 +352,18 @@ def _restart(kv_cache):
     return kv_cache
 
 
-def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, opts: _Options):
-    """Sample (or argmax) one token per row; rows already finished emit the pad EOS."""
+def _next_tokens(logits: Float[torch.Tensor, "batch d_vocab"], progress: _Progress, call: _Call):
+    """Sample (or argmax) one token per row with the call's options; rows already finished emit the pad EOS."""
     history, history_mask = progress.history()
-    next_tokens = sample_next_token(logits, history, history_mask, **opts.sampling)
-    if opts.stop_ids is not None:
-        assert opts.pad_id is not None  # _stop_tokens sets both or neither
-        next_tokens = next_tokens.masked_fill(progress.finished, opts.pad_id)
+    o = call.options
+    next_tokens = sample_next_token(
+        logits, history, history_mask, do_sample=o.do_sample, top_k=o.top_k, top_p=o.top_p,
+        temperature=o.temperature, freq_penalty=call.freq_penalty, repetition_penalty=o.repetition_penalty,
+        generator=call.generator,
+    )  # fmt: skip
+    if call.stop_ids is not None:
+        assert call.pad_id is not None  # _stop_tokens sets both or neither
+        next_tokens = next_tokens.masked_fill(progress.finished, call.pad_id)
     return next_tokens
 
 
@@ -361,17 +388,18 @@ def _name_decode_hook_errors(step: int, one_position: bool):
         ) from e
 
 
-def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+def _decode(model, call: _Call) -> Generator[torch.Tensor, None, _Progress]:
     """Yield each step's `[batch]` tokens; return the final `_Progress`.
 
-    `hooks` (the user's, then any recorder's) stay on the model from the first step
-    until the generator finishes, fails or is closed. Inference mode is entered per
+    The call's hooks (the user's, then any recorder's) stay on the model from the first
+    step until the generator finishes, fails or is closed. Inference mode is entered per
     step, never across a `yield`, so a consumer of `generate_stream` is unaffected.
     """
+    opts, prompt = call.options, call.prompt
     if opts.static:
-        return (yield from _decode_static(model, prompt, opts, hooks))
+        return (yield from _decode_static(model, call))
     progress = _Progress.start(prompt, opts.max_new_tokens)
-    at_steps_hooks = [fn for _, fn in hooks if isinstance(fn, AtSteps)]
+    at_steps_hooks = [fn for _, fn in call.hooks if isinstance(fn, AtSteps)]
     for fn in at_steps_hooks:
         fn.model = model
         fn.reset()
@@ -383,7 +411,7 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
         )
     bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
     try:
-        with model.hooks(hooks):
+        with model.hooks(call.hooks):
             for step in range(opts.max_new_tokens):
                 with (
                     torch.inference_mode(),
@@ -391,14 +419,14 @@ def _decode(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[tor
                     model.generate_step(step),
                 ):
                     logits = _forward_step(model, progress, step, kv_cache)
-                    next_tokens = _next_tokens(logits, progress, opts)
+                    next_tokens = _next_tokens(logits, progress, call)
                     next_tokens = model.agree_on_tokens(next_tokens)  # a pipeline: the last stage's, on every rank
                     if opts.output_logits:
                         progress.logits.append(logits.clone())
-                    progress.append(next_tokens, opts.stop_ids)
+                    progress.append(next_tokens, call.stop_ids)
                 bar.update(1)
                 yield next_tokens
-                if opts.stop_ids is not None and bool(progress.finished.all()):
+                if call.stop_ids is not None and bool(progress.finished.all()):
                     break
     finally:
         bar.close()
@@ -444,24 +472,25 @@ def _check_static(model, prompt: Prompt, capacity: int) -> None:
         )
 
 
-def _decode_static(model, prompt: Prompt, opts: _Options, hooks: list) -> Generator[torch.Tensor, None, _Progress]:
+def _decode_static(model, call: _Call) -> Generator[torch.Tensor, None, _Progress]:
     """`_decode` with a `StaticKeyValueCache`: an eager prefill, then fixed-shape (compiled) decode steps.
 
     Tokens are sampled on the device; whether every row has stopped is read once every
     `stop_check_interval` steps, and steps past the stop are dropped, so tokens are yielded
     in chunks at those checks.
     """
+    opts, prompt = call.options, call.prompt
     progress = _Progress.start(prompt, opts.max_new_tokens)
     device, capacity = prompt.mask.device, prompt.length + opts.max_new_tokens
     _check_static(model, prompt, capacity)
     cache = StaticKeyValueCache(model.cfg, prompt.batch, capacity, device)
-    hooks, gates, python = _static_hooks(model, hooks, opts.max_new_tokens, device)
-    if opts.compile and python:
+    hooks, gates, python = _static_hooks(model, call.hooks, opts.max_new_tokens, device)
+    if call.compiles and python:
         warn_python_hooks(python)
-    step_fn = decode_step(cache, opts.compile and not python, opts.static_options)
+    step_fn = decode_step(cache, call.compiles and not python, call.static_options)
     all_done = torch.zeros(opts.max_new_tokens, dtype=torch.bool, device=device)  # [step]: every row stopped
     pending: list[torch.Tensor] = []
-    interval = opts.static_options.stop_check_interval
+    interval = call.static_options.stop_check_interval
     bar = tqdm(total=opts.max_new_tokens, disable=not opts.verbose, desc="generate")
     try:
         with model.hooks(hooks):
@@ -472,17 +501,17 @@ def _decode_static(model, prompt: Prompt, opts: _Options, hooks: list) -> Genera
                         logits = logits[:, -1]  # [batch, d_vocab]
                     else:
                         logits = step_fn(model, next_tokens[:, None], cache)  # [batch, d_vocab]
-                    next_tokens = _next_tokens(logits, progress, opts)
+                    next_tokens = _next_tokens(logits, progress, call)
                     if opts.output_logits:
                         progress.logits.append(logits.clone())
-                    progress.append(next_tokens, opts.stop_ids)
-                    if opts.stop_ids is not None:
+                    progress.append(next_tokens, call.stop_ids)
+                    if call.stop_ids is not None:
                         all_done[step] = progress.finished.all()
                 pending.append(next_tokens)
                 bar.update(1)
                 if (step + 1) % interval and step < opts.max_new_tokens - 1:
                     continue
-                stopped_at = _first_stop(all_done[: step + 1]) if opts.stop_ids is not None else None
+                stopped_at = _first_stop(all_done[: step + 1]) if call.stop_ids is not None else None
                 if stopped_at is not None:
                     yield from pending[: len(pending) - (step - stopped_at)]
                     _trim(progress, prompt.length + stopped_at + 1)
@@ -589,16 +618,6 @@ def _structured(model, progress: _Progress, recorder: _StepRecorder | StaticReco
 # =========================================================================================
 # Public entry points
 # =========================================================================================
-@dataclass
-class _Call:
-    """A validated generate call: the prompt, the loop options and the hooks to attach."""
-
-    prompt: Prompt
-    opts: _Options
-    hooks: list
-    recorder: _StepRecorder | StaticRecorder | None
-
-
 def _prepare(model, input, attention_mask, options: GenerationOptions) -> _Call:
     """The validated call: `options` were checked when built; here what depends on the model and the prompt."""
     check_eos_in_vocab(options.eos_token_id, model.cfg.d_vocab_out)
@@ -613,18 +632,7 @@ def _prepare(model, input, attention_mask, options: GenerationOptions) -> _Call:
     if generator is None and options.seed is not None:
         generator = torch.Generator(device=device).manual_seed(options.seed)
     stop_ids, pad_id = _stop_tokens(model, options.stop_at_eos, options.eos_token_id)
-    sampling = dict(
-        do_sample=options.do_sample, top_k=options.top_k, top_p=options.top_p, temperature=options.temperature,
-        generator=generator,
-        freq_penalty=options.freq_penalty if prompt.tokens is not None else 0.0,  # TransformerLens: token input only
-        repetition_penalty=options.repetition_penalty,
-    )  # fmt: skip
-    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=device)
-    static_options = StaticCacheOptions() if options.static_options is None else options.static_options
-    opts = _Options(
-        options.max_new_tokens, options.use_past_kv_cache, stop_tensor, pad_id, sampling, options.output_logits,
-        options.verbose, options.static, options.compiles(device), static_options,
-    )  # fmt: skip
+    stop_tensor = None if stop_ids is None else torch.tensor(stop_ids, device=device)  # [n_stop]
     recorder = None
     if options.return_cache and options.static:
         names = model._names_from_filter(options.names_filter)
@@ -632,7 +640,7 @@ def _prepare(model, input, attention_mask, options: GenerationOptions) -> _Call:
     elif options.return_cache:
         recorder = _StepRecorder(model, options.names_filter, options.device, options.use_past_kv_cache)
     hooks = list(options.fwd_hooks) + (recorder.hooks() if recorder is not None else [])
-    return _Call(prompt, opts, hooks, recorder)
+    return _Call(options, prompt, stop_tensor, pad_id, generator, options.compiles(device), hooks, recorder)
 
 
 def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
@@ -643,79 +651,38 @@ def _drain(steps: Generator[Any, None, _Progress]) -> _Progress:
             return done.value
 
 
-def generate(
-    model,
-    input: str | list[str] | Int[torch.Tensor, "*batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
-    max_new_tokens: int = 10,
-    stop_at_eos: bool = True,
-    eos_token_id: int | list[int] | None = None,
-    do_sample: bool = True,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    temperature: float = 1.0,
-    freq_penalty: float = 0.0,
-    use_past_kv_cache: bool = True,
-    prepend_bos=USE_DEFAULT_VALUE,
-    padding_side=USE_DEFAULT_VALUE,
-    return_type: str = "input",
-    verbose: bool = True,
-    *,
-    repetition_penalty: float = 1.0,
-    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
-    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
-    return_cache: bool = False,
-    names_filter=None,
-    device=None,
-    output_logits: bool = False,
-    generator: torch.Generator | None = None,
-    seed: int | None = None,
-    cache_implementation: str | None = None,
-    compile: bool | None = None,
-    static_options: StaticCacheOptions | None = None,
-    options: GenerationOptions | None = None,
-):
+#: `generate`'s signature: TransformerLens's, built from `GenerationOptions` (`help(generate)` shows it).
+GENERATE = GenerateSignature()
+#: `generate_stream`'s: `generate`'s, with `verbose=False` and `max_tokens_per_yield` (new tokens per chunk).
+STREAM = GenerateSignature(
+    name="generate_stream",
+    verbose=False,
+    extra=(inspect.Parameter("max_tokens_per_yield", inspect.Parameter.KEYWORD_ONLY, default=25, annotation=int),),
+)
+
+
+@GENERATE.surface
+def generate(model, *args, **kwargs):
     """Sample `max_new_tokens` tokens after `input`, as TransformerLens's `generate` (docs/generation.md).
 
     Each step runs one forward over the newest position only (the KV cache holds the rest), samples
     a token from the last position's logits, and feeds it back. Hooks stay active on every step.
 
+    The arguments are TransformerLens's, in its order: `input`, then the options it takes by
+    position, then the others by keyword. Every option is a field of `GenerationOptions`, which
+    documents it; `inspect.signature(generate)` lists them all, with their defaults.
+
     Args:
         model: the `HookedTransformer` to sample from.
+        *args: `input`, then TransformerLens's positional options, in its order.
+        **kwargs: any of them, and every other option, by name.
+
+    Other Parameters:
         input: text, a list of texts (always left-padded), tokens `[batch, pos]` or `[pos]`
             (with an optional left-padding `attention_mask`), or embeddings `[batch, pos, d_model]`.
-        max_new_tokens: the most tokens to add; fewer if every row stops early.
-        stop_at_eos: finish a row when it samples a stop id; it then emits the pad EOS.
-        eos_token_id: the stop id, or a list of them (None: the tokenizer's EOS).
-        do_sample: sample (the default, as in TransformerLens) or take the argmax (False).
-        top_k: keep only the k most likely tokens before sampling.
-        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
-        temperature: divide the logits by it; 0 means greedy.
-        freq_penalty: subtract `freq_penalty * count` for each token already in the row.
-        use_past_kv_cache: feed one token per step (True) or the whole sequence each step.
-        prepend_bos: add BOS to text input (None: the model's default).
-        padding_side: pad inference for raw tokens without a mask (text is left-padded regardless).
-        return_type: "input" (the input's kind), "str", "tokens" or "embeds".
-        verbose: show a tqdm progress bar.
-        repetition_penalty: divide positive (multiply negative) logits of tokens already in the row.
         attention_mask: `[batch, pos]` 0/1 mask of left-padded token input.
-        fwd_hooks: `(name or filter, fn)` pairs active from the prefill to the last step,
-            removed afterwards (also on error). `model.forward_state.step` is 0 at the
-            prefill and t at step t; see `hooked.core.utils.at_steps`.
-        return_cache: record the activations of every fed position after all interventions,
-            as `run_with_cache(sequence[:, :-1])` would.
-        names_filter: which hooks `return_cache` records (as `run_with_cache`).
-        device: where `return_cache` stores the activations.
-        output_logits: also return each step's pre-sampling logits `[batch, d_vocab]`.
-        generator: the `torch.Generator` to sample with.
-        seed: make a generator seeded with this value.
-        cache_implementation: None/"dynamic" (a cache that grows) or "static" (HF's name):
-            a preallocated cache of prompt + max_new_tokens positions and fixed-shape decode
-            steps, see `hooked.generation.static_cache` and docs/compiled.md.
-        compile: with the static cache, `torch.compile` the decode step (default: True on
-            CUDA, False elsewhere). Hooks that are not declarative keep the steps eager.
-        static_options: `StaticCacheOptions` (stop-check interval, compile mode).
-        options: a `GenerationOptions` holding all of the above but `attention_mask`: keywords
-            left at their defaults defer to it, a keyword that disagrees with it is refused.
+        options: a `GenerationOptions` holding every option: keywords left at their defaults
+            defer to it, a keyword that disagrees with it is refused.
 
     The sampling steps run in the order given in docs/generation.md ("Sampling order").
 
@@ -723,78 +690,39 @@ def generate(
         The `return_type` output, or a `GenerationOutput` if `output_logits` or
         `return_cache` is set.
     """
-    keywords = dict(
-        max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id, do_sample=do_sample,
-        top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
-        use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, padding_side=padding_side,
-        return_type=return_type, verbose=verbose, repetition_penalty=repetition_penalty, fwd_hooks=fwd_hooks,
-        return_cache=return_cache, names_filter=names_filter, device=device, output_logits=output_logits,
-        generator=generator, seed=seed, cache_implementation=cache_implementation, compile=compile,
-        static_options=static_options,
-    )  # fmt: skip
-    options = resolve_options(options, keywords, _GENERATE_DEFAULTS)
-    call = _prepare(model, input, attention_mask, options)
+    bound = GENERATE.bind(model, *args, **kwargs)
+    options = bound.resolve()
+    call = _prepare(model, bound.input, bound.attention_mask, options)
     with torch.inference_mode():
-        progress = _drain(_decode(model, call.prompt, call.opts, call.hooks))
-    if options.output_logits or options.return_cache:
-        return _structured(model, progress, call.recorder)
-    return _format(model, progress, options.return_type)
+        progress = _drain(_decode(model, call))
+    return _result(model, progress, call)
 
 
-def generate_stream(
-    model,
-    input: str | list[str] | Int[torch.Tensor, "*batch pos"] | Float[torch.Tensor, "batch pos d_model"] = "",
-    max_new_tokens: int = 10,
-    stop_at_eos: bool = True,
-    eos_token_id: int | list[int] | None = None,
-    do_sample: bool = True,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    temperature: float = 1.0,
-    freq_penalty: float = 0.0,
-    use_past_kv_cache: bool = True,
-    prepend_bos=USE_DEFAULT_VALUE,
-    padding_side=USE_DEFAULT_VALUE,
-    return_type: str = "input",
-    verbose: bool = False,
-    *,
-    max_tokens_per_yield: int = 25,
-    repetition_penalty: float = 1.0,
-    attention_mask: Int[torch.Tensor, "batch pos"] | None = None,
-    fwd_hooks: Sequence[tuple[str | Callable[[str], bool], Callable]] = (),
-    return_cache: bool = False,
-    names_filter=None,
-    device=None,
-    output_logits: bool = False,
-    generator: torch.Generator | None = None,
-    seed: int | None = None,
-    cache_implementation: str | None = None,
-    compile: bool | None = None,
-    static_options: StaticCacheOptions | None = None,
-    options: GenerationOptions | None = None,
-) -> Generator[torch.Tensor | str | list[str], None, Any]:
+@STREAM.surface
+def generate_stream(model, *args, **kwargs) -> Generator[torch.Tensor | str | list[str], None, Any]:
     """`generate`, yielding the new tokens in chunks of at most `max_tokens_per_yield` as they come.
 
     Each chunk is `[b, <= max_tokens_per_yield]` token ids, or its decoded text for text
     input (a str for str input, a list for list input). When the stream is exhausted its
     return value (`StopIteration.value`, or the result of `yield from`) is what
     `generate` would have returned. Hooks stay attached until the stream ends or is
-    closed. `options=` is as in `generate` (`max_tokens_per_yield` stays a keyword).
+    closed. The arguments are `generate`'s (`verbose` defaults to False here) plus
+    `max_tokens_per_yield`; the options are checked when the stream starts.
+
+    Args:
+        model: the `HookedTransformer` to sample from.
+        *args: as `generate`'s.
+        **kwargs: as `generate`'s, and `max_tokens_per_yield`.
     """
-    if max_tokens_per_yield < 1:
-        raise ValueError(f"max_tokens_per_yield must be >= 1, got {max_tokens_per_yield}")
-    keywords = dict(
-        max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos, eos_token_id=eos_token_id, do_sample=do_sample,
-        top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty,
-        use_past_kv_cache=use_past_kv_cache, prepend_bos=prepend_bos, padding_side=padding_side,
-        return_type=return_type, verbose=verbose, repetition_penalty=repetition_penalty, fwd_hooks=fwd_hooks,
-        return_cache=return_cache, names_filter=names_filter, device=device, output_logits=output_logits,
-        generator=generator, seed=seed, cache_implementation=cache_implementation, compile=compile,
-        static_options=static_options,
-    )  # fmt: skip
-    options = resolve_options(options, keywords, _STREAM_DEFAULTS)
-    call = _prepare(model, input, attention_mask, options)
-    steps = _decode(model, call.prompt, call.opts, call.hooks)
+    return _stream(model, STREAM.bind(model, *args, **kwargs))  # a wrong argument raises here, at the call
+
+
+def _stream(model, bound: GenerateCall) -> Generator[torch.Tensor | str | list[str], None, Any]:
+    per_yield = bound.extra["max_tokens_per_yield"]
+    if per_yield < 1:
+        raise ValueError(f"max_tokens_per_yield must be >= 1, got {per_yield}")
+    call = _prepare(model, bound.input, bound.attention_mask, bound.resolve())
+    steps = _decode(model, call)
     chunk: list[torch.Tensor] = []
     while True:
         try:
@@ -802,14 +730,19 @@ def generate_stream(
         except StopIteration as done:
             progress = done.value
             break
-        if len(chunk) == max_tokens_per_yield:
+        if len(chunk) == per_yield:
             yield _stream_chunk(model, call.prompt, chunk)
             chunk = []
     if chunk:
         yield _stream_chunk(model, call.prompt, chunk)
-    if options.output_logits or options.return_cache:
+    return _result(model, progress, call)
+
+
+def _result(model, progress: _Progress, call: _Call):
+    """What `generate` returns: a `GenerationOutput` with `output_logits`/`return_cache`, else `return_type`'s."""
+    if call.options.output_logits or call.options.return_cache:
         return _structured(model, progress, call.recorder)
-    return _format(model, progress, options.return_type)
+    return _format(model, progress, call.options.return_type)
 
 
 def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
@@ -819,13 +752,3 @@ def _stream_chunk(model, prompt: Prompt, chunk: list[torch.Tensor]):
     if prompt.kind == "list":
         return _decode_text(model, tokens)
     return tokens
-
-
-def _option_defaults(fn) -> dict[str, Any]:
-    """`fn`'s defaults for the `GenerationOptions` fields (the stream's `verbose` is False)."""
-    parameters = inspect.signature(fn).parameters
-    return {name: parameters[name].default for name in OPTION_NAMES}
-
-
-_GENERATE_DEFAULTS = _option_defaults(generate)
-_STREAM_DEFAULTS = _option_defaults(generate_stream)

@@ -201,6 +201,13 @@ class HookedEncoderDecoder(StackedWeightsMixin, HookedModel):
         The encoder runs once and each decoder layer's cross-attention keys and values are
         computed once; with `use_past_kv_cache` the decoder's self-attention keys and values
         are cached, so each step runs the decoder on one token. Finished rows are padded with EOS.
+
+        This is not the decoder-only `generate` and does not take `GenerationOptions`: its
+        arguments are TransformerLens's `HookedEncoderDecoder.generate` (the encoder's mask second,
+        so positional calls keep their meaning), and its loop, which starts the decoder from the
+        start token rather than continuing the prompt, implements only the options above. The
+        shared surface would accept options this loop would ignore (hooks across steps, caches of
+        the run, repetition penalty, seeds, the static cache).
         """
         as_string = isinstance(input, str)
         if as_string:

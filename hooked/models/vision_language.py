@@ -19,6 +19,8 @@ positions hold which image's patches.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +82,26 @@ class _ImageCall:
     repeatable: bool = False  # a batch of whole copies of the prompts reads the images once per copy
     features: torch.Tensor | None = field(default=None, repr=False)
     rope_deltas: torch.Tensor | None = field(default=None, repr=False)  # Qwen2.5-VL: what decode steps add
+
+
+def _image_parameter(name: str, annotation) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+#: `generate`'s signature with the image arguments: `pixel_values=` (with `image_sizes=`,
+#: `batch_num_images=` or `image_grid_thw=` where the family needs them), or `images=` with text.
+_GENERATE = dataclasses.replace(
+    _generation.GENERATE,
+    first="self",
+    extra=(
+        _image_parameter("pixel_values", torch.Tensor | None),
+        _image_parameter("image_sizes", Any),
+        _image_parameter("batch_num_images", Any),
+        _image_parameter("image_grid_thw", torch.Tensor | None),
+        _image_parameter("images", Any),
+    ),
+)
+_STREAM = dataclasses.replace(_generation.STREAM, first="self")
 
 
 class HookedVisionLanguageModel(HookedTransformer):
@@ -329,38 +351,33 @@ class HookedVisionLanguageModel(HookedTransformer):
         return residual.masked_scatter(is_image[..., None], features)  # [batch, pos, d_model]
 
     # -- generation ------------------------------------------------------------------------
-    def generate(
-        self,
-        input="",
-        *args,
-        pixel_values: torch.Tensor | None = None,
-        image_sizes=None,
-        batch_num_images=None,
-        image_grid_thw=None,
-        images=None,
-        **kwargs,
-    ):
+    @_GENERATE.surface
+    def generate(self, *args, **kwargs):
         """`HookedTransformer.generate` with an image: `pixel_values=` (and `image_sizes=`) or text with `images=`.
 
         The images are read once, at the prefill (every step, without the KV cache). Text with
-        `images=` returns text by default, as text input does.
+        `images=` returns text by default, as text input does. The other arguments are `generate`'s.
         """
+        bound = _GENERATE.bind(self, *args, **kwargs)
+        options, input, mask, image = bound.resolve(), bound.input, bound.attention_mask, dict(bound.extra)
+        images = image.pop("images")
         if images is not None:
             inputs = self.prepare_inputs(input, images, padding_side="left")
-            if kwargs.get("return_type", "input") == "input":
-                kwargs["return_type"] = "str"
-            input, pixel_values = inputs.tokens, inputs.pixel_values
-            image_sizes, batch_num_images = inputs.image_sizes, inputs.batch_num_images
-            image_grid_thw = inputs.image_grid_thw
-            kwargs.setdefault("attention_mask", inputs.attention_mask)
-        if pixel_values is not None and kwargs.get("cache_implementation") == "static":
+            if options.return_type == "input":
+                options = dataclasses.replace(options, return_type="str")
+            input = inputs.tokens
+            mask = inputs.attention_mask if mask is None else mask
+            image.update(
+                pixel_values=inputs.pixel_values, image_sizes=inputs.image_sizes,
+                batch_num_images=inputs.batch_num_images, image_grid_thw=inputs.image_grid_thw,
+            )  # fmt: skip
+        if image["pixel_values"] is not None and options.static:
             raise InputError("generate with images runs the dynamic KV cache: leave cache_implementation unset")
-        call = None
-        if pixel_values is not None:
-            call = _ImageCall(pixel_values, image_sizes, batch_num_images, image_grid_thw=image_grid_thw)
+        call = None if image["pixel_values"] is None else _ImageCall(**image)
         with self._with_images(call):
-            return _generation.generate(self, input, *args, **kwargs)
+            return _generation.generate(self, input, attention_mask=mask, options=options)
 
+    @_STREAM.surface
     def generate_stream(self, *args, **kwargs):
         if any(kwargs.get(k) is not None for k in ("pixel_values", "images")):
             raise InputError("generate_stream does not take images yet: use generate(..., pixel_values=...)")

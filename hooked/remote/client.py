@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import inspect
 import json
 import tempfile
@@ -20,7 +21,7 @@ from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import InputError, RemoteError, WireError
 from hooked.core.utils import USE_DEFAULT_VALUE, lm_cross_entropy_loss
 from hooked.generation import loop
-from hooked.generation.options import OPTION_NAMES, GenerationOptions, resolve_options
+from hooked.generation.options import GenerateSignature, GenerationOptions
 from hooked.models.hooked_model import activation_cache
 from hooked.models.hooked_transformer import HookedTransformer, Output
 from hooked.models.tokenizer_mixin import TokenizerMixin
@@ -36,6 +37,20 @@ RESPONSE_LIMITS = wire.Limits(
     max_ndim=8,
     max_tensor_elements=2**34,
 )
+
+
+#: The remote `generate`'s signature: the local one, and `on_token`, a callback for each step's tokens.
+_GENERATE = dataclasses.replace(
+    loop.GENERATE,
+    first="self",
+    extra=(
+        inspect.Parameter(
+            "on_token", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Callable[[dict], None] | None
+        ),
+    ),
+)
+#: The remote `generate_stream`'s: the local one.
+_STREAM = dataclasses.replace(loop.STREAM, first="self")
 
 
 class _HookInfo:
@@ -284,17 +299,19 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         )
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, *args, on_token: Callable[[dict], None] | None = None, **kwargs):
+    @_GENERATE.surface
+    def generate(self, *args, **kwargs):
         """`HookedTransformer.generate` on the server: the same arguments and result. `on_token(event)`
         sees each step's tokens (`{"step": t, "tokens": [...]}`) as they arrive."""
-        request = self._generation_request(_GENERATE_SIGNATURE, args, kwargs)
-        _, out = self._stream(request.body, request.tensors, on_token)
+        request = self._generation_request(_GENERATE, args, kwargs)
+        _, out = self._stream(request.body, request.tensors, request.on_token)
         return request.finish(out)
 
+    @_STREAM.surface
     def generate_stream(self, *args, **kwargs) -> Generator[torch.Tensor | str | list[str], None, Any]:
         """`HookedTransformer.generate_stream` on the server: the same arguments, the same chunks (at most
         `max_tokens_per_yield` new tokens each, text for text input), then `generate`'s result."""
-        request = self._generation_request(_STREAM_SIGNATURE, args, kwargs)
+        request = self._generation_request(_STREAM, args, kwargs)
         if request.per_yield < 1:
             raise ValueError(f"max_tokens_per_yield must be >= 1, got {request.per_yield}")
         events, chunk = self._events(request.body, request.tensors), []
@@ -320,30 +337,29 @@ class RemoteModel(TokenizerMixin, WeightViewsMixin):
         texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in tokens]
         return texts[0] if kind == "str" else texts
 
-    def _generation_request(self, signature: inspect.Signature, args: tuple, kwargs: dict) -> _GenerationRequest:
+    def _generation_request(self, signature: GenerateSignature, args: tuple, kwargs: dict) -> _GenerationRequest:
         """Bind a call to the local signature, gather its `GenerationOptions` and write the request."""
         bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        for name in ("model", "input", "attention_mask", "options", "max_tokens_per_yield"):
-            values.pop(name, None)
-        defaults = {name: signature.parameters[name].default for name in OPTION_NAMES}
-        options = resolve_options(bound.arguments["options"], values, defaults)
+        options = bound.resolve()
         _check_remote_options(options)
-        input = bound.arguments["input"]
+        input = bound.input
         if isinstance(input, (str, list)):
             tokens, mask = self.to_tokens(input, options.prepend_bos, padding_side="left", return_attention_mask=True)
             tensors = {"tokens": tokens, "attention_mask": mask}
             kind = "str" if isinstance(input, str) else "list"
         else:
-            tensors, kind = self._inputs(input, attention_mask=bound.arguments["attention_mask"]), "tokens"
+            tensors, kind = self._inputs(input, attention_mask=bound.attention_mask), "tokens"
         hooks, hook_tensors = self._hook_specs(options.fwd_hooks)
         names = self._names_from_filter(options.names_filter) if options.return_cache else None
         fields = {name: getattr(options, name) for name in schema.GENERATION_FIELDS}
         body = _body(schema.GENERATE, hooks=hooks, names_filter=names, **fields)
-        per_yield = bound.arguments.get("max_tokens_per_yield", 1)
         return _GenerationRequest(
-            body, {**tensors, **hook_tensors}, kind, per_yield, lambda out: self._finish(out, kind, options)
+            body,
+            {**tensors, **hook_tensors},
+            kind,
+            bound.extra.get("max_tokens_per_yield", 1),
+            bound.extra.get("on_token"),
+            lambda out: self._finish(out, kind, options),
         )
 
     def _finish(self, out: dict, kind: str, options: GenerationOptions):
@@ -537,14 +553,13 @@ class _GenerationRequest:
     tensors: dict[str, torch.Tensor]
     kind: str  # "str", "list" or "tokens": what the input was
     per_yield: int  # max_tokens_per_yield (generate_stream)
+    on_token: Callable[[dict], None] | None  # generate's progress callback
     finish: Callable[[dict], Any]
 
 
 #: `forward`'s arguments a remote call takes; the others (layers, embeddings, KV caches) must keep their defaults.
 _REMOTE_FORWARD = ("input", "return_type", "loss_per_token", "prepend_bos", "padding_side", "attention_mask")
 _FORWARD_SIGNATURE = inspect.signature(HookedTransformer.forward)
-_GENERATE_SIGNATURE = inspect.signature(loop.generate)
-_STREAM_SIGNATURE = inspect.signature(loop.generate_stream)
 
 
 def _forward_output(logits, tensors: dict[str, torch.Tensor], call: dict):
@@ -573,21 +588,6 @@ def _body(op: schema.Op, **values) -> dict:
         return op.body(**values)
     except WireError as e:
         raise InputError(f"{op.name}: {e}") from None
-
-
-def _mirror(method, local) -> None:
-    """Give `method` the signature of the local function it mirrors (`help()`, IDEs)."""
-    signature = inspect.signature(local)
-    parameters = list(signature.parameters.values())
-    parameters[0] = parameters[0].replace(name="self")
-    if method.__name__ == "generate":
-        on_token = inspect.Parameter("on_token", inspect.Parameter.KEYWORD_ONLY, default=None)
-        parameters.insert(-1, on_token)
-    method.__signature__ = signature.replace(parameters=parameters)
-
-
-_mirror(RemoteModel.generate, loop.generate)
-_mirror(RemoteModel.generate_stream, loop.generate_stream)
 
 
 def _attr(module, name: str) -> Any:

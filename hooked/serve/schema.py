@@ -24,30 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from hooked.core.errors import WireError
-from hooked.generation.options import GenerationOptions
+from hooked.generation.options import OPTION_NAMES, GenerationOptions
 
-#: `GenerationOptions` fields a `generate` request carries. The others stay with the client
-#: (text handling: `prepend_bos`, `padding_side`, `return_type`; `verbose`), become other fields
-#: (`fwd_hooks` -> `hooks`, `names_filter` -> a list of names) or cannot travel as data
-#: (`generator`, `device`, and the static cache's `cache_implementation`/`compile`/`static_options`,
-#: which the server leaves at their defaults).
-GENERATION_FIELDS = (
-    "max_new_tokens",
-    "stop_at_eos",
-    "eos_token_id",
-    "do_sample",
-    "top_k",
-    "top_p",
-    "temperature",
-    "freq_penalty",
-    "use_past_kv_cache",
-    "repetition_penalty",
-    "return_cache",
-    "output_logits",
-    "seed",
-)
-#: Options a remote `generate` refuses unless left at their defaults (they are not data a server can take).
+#: `GenerationOptions` fields the client handles itself: text handling (`prepend_bos`, `padding_side`,
+#: `return_type`), the progress bar (`verbose`), and two sent in another form (`fwd_hooks` as the
+#: `hooks` field, `names_filter` as a list of names).
+CLIENT_SIDE_GENERATION = ("prepend_bos", "padding_side", "return_type", "verbose", "fwd_hooks", "names_filter")
+#: Options a remote `generate` refuses unless left at their defaults: they are not data a server can
+#: take (`generator`, `device`), or the static cache's, which the server leaves at their defaults.
 LOCAL_ONLY_GENERATION = ("generator", "device", "cache_implementation", "compile", "static_options")
+#: `GenerationOptions` fields a `generate` request carries: every other field, in the dataclass's
+#: order. A new field travels unless it is placed above (and one with no JSON form must be).
+GENERATION_FIELDS = tuple(name for name in OPTION_NAMES if name not in CLIENT_SIDE_GENERATION + LOCAL_ONLY_GENERATION)
 #: Bounds the server puts on generation options beyond what `GenerationOptions` checks (sane numbers on the wire).
 GENERATION_BOUNDS: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 100.0),
