@@ -49,16 +49,13 @@ def load_placed(
 ):
     """A model of class `cls` whose parts are loaded one at a time onto the planned devices and files."""
     from hooked.placement.dispatch import dispatch, require_accelerate, resolve_device_map
-    from hooked.processing.steps import convert_norms_to_pre
 
     accelerate = require_accelerate()
     with accelerate.init_empty_weights():
         model = cls(cfg, tokenizer, move_to_device=False, default_padding_side=default_padding_side)
     source_cfg = copy.deepcopy(model.cfg)  # before processing changes the norms in the config
     steps = processing_steps(model.cfg, flags)
-    if "fold_ln" in steps:
-        convert_norms_to_pre(model)
-    model.cfg.weight_processing = model.cfg.weight_processing + tuple(steps)
+    model.record_weight_processing(steps)  # the norms become LNPre/RMSPre after fold_ln, as the tensors will be
     plan = resolve_device_map(model, device_map, max_memory, n_devices) or _single(model, cfg)
     if "disk" in plan.values() and offload_folder is None:
         raise ValueError(

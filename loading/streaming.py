@@ -110,16 +110,10 @@ def iter_processed_parts(
 
 
 def _process(sd: dict[str, torch.Tensor], cfg, steps: list[str], part: Part) -> dict[str, torch.Tensor]:
-    from hooked.processing.steps import _PRE, apply_step
+    from hooked.processing.steps import run_steps
 
     cfg.dtype = torch.float32  # processing stores float32; the placement casts once (as process_state_dict)
-    for step in steps:
-        sd = apply_step(sd, cfg, step)
-        if (
-            step == "fold_ln" and cfg.normalization_type is not None
-        ):  # what convert_norms_to_pre does to the model's config
-            cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)
-        cfg.weight_processing = cfg.weight_processing + (step,)
+    sd = run_steps(sd, cfg, steps)
     out = {k: v for k, v in sd.items() if converted_part(k) == part}
     meta = [k for k, v in out.items() if v.device.type == "meta"]
     if meta:

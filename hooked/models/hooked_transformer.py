@@ -281,8 +281,8 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         """
         from hooked.processing.steps import process_state_dict
 
-        state_dict = process_state_dict(
-            self,
+        state_dict, steps = process_state_dict(
+            self.cfg,
             state_dict,
             fold_ln=fold_ln,
             center_writing_weights=center_writing_weights,
@@ -292,6 +292,7 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             in_place=owned,
             protected_storages=protected_storages,
         )
+        self.record_weight_processing(steps)
         self.assign_state_dict(state_dict, protected_storages=protected_storages)
 
     def assign_state_dict(

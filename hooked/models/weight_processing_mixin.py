@@ -8,10 +8,12 @@ weights in place of the old ones.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from hooked.components.norms import LayerNormPre, make_norm
 from hooked.core.config import HookedTransformerConfig
 from hooked.core.errors import ReplacedModuleError
 from hooked.processing import steps as wp
@@ -53,6 +55,8 @@ class WeightProcessingMixin:
 
         def load_and_process_state_dict(self, state_dict: dict[str, torch.Tensor], *args, **kwargs) -> None: ...
 
+        def setup(self) -> None: ...
+
     def process_weights_(
         self,
         fold_ln: bool = True,
@@ -76,6 +80,35 @@ class WeightProcessingMixin:
             fold_value_biases=fold_value_biases,
             refactor_factored_attn_matrices=refactor_factored_attn_matrices,
         )
+
+    def record_weight_processing(self, steps: Sequence[str]) -> None:
+        """Record processing steps that ran on the weights this model takes, in `cfg.weight_processing`.
+
+        After `fold_ln` the norms' gains and biases live in their readers: each folded norm
+        becomes a parameter-free `LNPre`/`RMSPre`, in the config and as a module, so the state
+        dict's keys match. `ln1_post`/`ln2_post` and `q_norm`/`k_norm` keep their parameters
+        (they are never folded).
+        """
+        if "fold_ln" in steps and "fold_ln" not in self.cfg.weight_processing:
+            self._use_folded_norms()
+        self.cfg.weight_processing = self.cfg.weight_processing + tuple(steps)
+
+    def _use_folded_norms(self) -> None:
+        cfg = self.cfg
+        cfg.normalization_type = wp.folded_norm_type(cfg.normalization_type)
+        model: Any = self  # the host is a HookedTransformer
+        for block in model.blocks:
+            if hasattr(block, "ln1"):  # a Nemotron-H `mlp` block has none
+                block.ln1 = make_norm(cfg)
+            if cfg.uses_mla and hasattr(block, "attn"):  # the latent norms were folded too
+                block.attn.use_folded_latent_norms()
+            if hasattr(block, "ln2"):
+                block.ln2 = make_norm(cfg)
+            if hasattr(block, "mlp") and hasattr(block.mlp, "ln"):
+                block.mlp.ln = LayerNormPre(cfg, cfg.d_mlp)
+        if hasattr(model, "ln_final"):
+            model.ln_final = make_norm(cfg, wp.final_norm_kind(cfg))
+        self.setup()
 
     def fold_layer_norm(
         self, state_dict: StateDict, fold_biases: bool = True, center_weights: bool = True

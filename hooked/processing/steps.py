@@ -16,7 +16,7 @@ Every function here takes a TransformerLens-format state dict and replaces its e
 one at a time: input tensors are never written in place (they may be views of a user's
 HuggingFace model) and the dict is never cloned as a whole. The arithmetic is float32
 per tensor (float64 for the refactoring SVDs) and each result is cast to `cfg.dtype`.
-Applied steps are recorded in `cfg.weight_processing`; `process_state_dict` skips a
+The model records applied steps in `cfg.weight_processing`; `process_state_dict` skips a
 recorded step (with a warning), so processing twice equals processing once.
 With tied embeddings `unembed.W_U` is
 a transposed view of `embed.W_E`; a step that writes one of them gives it a new tensor,
@@ -492,27 +492,24 @@ def apply_step(sd: StateDict, cfg: HookedTransformerConfig, step: str) -> StateD
     raise ValueError(f"Unknown weight processing step {step!r}; steps are {STEPS}")
 
 
-def convert_norms_to_pre(model) -> None:
-    """After `fold_ln`: `LN` -> `LNPre` and `RMS` -> `RMSPre` in the config and in every folded norm module.
+def folded_norm_type(normalization_type: str | None) -> str | None:
+    """The norms' kind after `fold_ln`: `LN` -> `LNPre`, `RMS` -> `RMSPre` (gains and biases now in the readers)."""
+    if normalization_type is None:
+        return None
+    return _PRE.get(normalization_type, normalization_type)
 
-    `ln1_post`/`ln2_post` and `q_norm`/`k_norm` keep their parameters (they are never folded).
-    """
-    from hooked.components.norms import LayerNormPre, make_norm
 
-    cfg = model.cfg
-    cfg.normalization_type = _PRE.get(cfg.normalization_type, cfg.normalization_type)
-    for block in model.blocks:
-        if hasattr(block, "ln1"):  # a Nemotron-H `mlp` block has none
-            block.ln1 = make_norm(cfg)
-        if cfg.uses_mla and hasattr(block, "attn"):  # the latent norms were folded too
-            block.attn.use_folded_latent_norms()
-        if hasattr(block, "ln2"):
-            block.ln2 = make_norm(cfg)
-        if hasattr(block, "mlp") and hasattr(block.mlp, "ln"):
-            block.mlp.ln = LayerNormPre(cfg, cfg.d_mlp)
-    if hasattr(model, "ln_final"):
-        model.ln_final = make_norm(cfg, final_norm_kind(cfg))
-    model.setup()
+def run_steps(sd: StateDict, work: HookedTransformerConfig, steps: Iterable[str]) -> StateDict:
+    """Apply `steps` in order, recording each in the working config `work` as it goes (the next step reads it)."""
+    for step in steps:
+        was_tied = embeddings_tied(sd)
+        sd = apply_step(sd, work, step)
+        if step == "fold_ln":
+            work.normalization_type = folded_norm_type(work.normalization_type)
+        work.weight_processing = work.weight_processing + (step,)
+        _log_untie(step, was_tied, sd)
+        logger.debug("Applied weight processing step %s", step)
+    return sd
 
 
 def _log_untie(step: str, was_tied: bool, sd: StateDict) -> None:
@@ -525,17 +522,15 @@ def _log_untie(step: str, was_tied: bool, sd: StateDict) -> None:
 
 
 def float32_config(cfg: HookedTransformerConfig) -> HookedTransformerConfig:
-    """`cfg` with dtype float32 for processing: a half-precision model's steps all run and store in
-    float32 (a tensor two steps touch, such as `W_U`, is rounded once, when the model takes it)."""
-    if cfg.dtype == torch.float32:
-        return cfg
+    """A working copy of `cfg` with dtype float32 for processing: a half-precision model's steps all run and
+    store in float32 (a tensor two steps touch, such as `W_U`, is rounded once, when the model takes it)."""
     work = copy.copy(cfg)
     work.dtype = torch.float32
     return work
 
 
 def process_state_dict(
-    model,
+    cfg: HookedTransformerConfig,
     state_dict: StateDict,
     *,
     fold_ln: bool,
@@ -545,16 +540,15 @@ def process_state_dict(
     refactor_factored_attn_matrices: bool,
     in_place: bool = False,
     protected_storages: frozenset[int] = frozenset(),
-) -> StateDict:
-    """Run the enabled steps in order on `state_dict` and make `model` ready to take the result.
+) -> tuple[StateDict, tuple[str, ...]]:
+    """Run the enabled steps in order on `state_dict`; returns it and the steps that ran.
 
-    Each applied step is appended to `model.cfg.weight_processing`; after `fold_ln` the
-    model's norms become `LNPre`/`RMSPre` so the state-dict keys match. Entries are
-    replaced one at a time and input tensors are never modified, unless `in_place`
-    says the caller owns them (see `OwnedStateDict`; `protected_storages` are still
-    never written).
+    `cfg` is not changed: the model records the steps (`record_weight_processing`), which
+    after `fold_ln` also makes its norms `LNPre`/`RMSPre` so the state-dict keys match.
+    Entries are replaced one at a time and input tensors are never modified, unless
+    `in_place` says the caller owns them (see `OwnedStateDict`; `protected_storages` are
+    still never written).
     """
-    cfg = model.cfg
     if in_place:
         state_dict = OwnedStateDict(state_dict, protected_storages)
     requested = dict(
@@ -567,14 +561,4 @@ def process_state_dict(
     steps = resolve_steps(cfg, requested)
     if "refactor_factored_attn_matrices" in steps:
         check_refactorable(cfg)  # raise before anything changes
-    work = float32_config(cfg)
-    for step in steps:
-        was_tied = embeddings_tied(state_dict)
-        state_dict = apply_step(state_dict, work, step)
-        if step == "fold_ln":
-            convert_norms_to_pre(model)
-        cfg.weight_processing = cfg.weight_processing + (step,)
-        work.normalization_type, work.weight_processing = cfg.normalization_type, cfg.weight_processing
-        _log_untie(step, was_tied, state_dict)
-        logger.debug("Applied weight processing step %s", step)
-    return state_dict
+    return run_steps(state_dict, float32_config(cfg), steps), tuple(steps)

@@ -131,7 +131,8 @@ def _process_and_adopt(model, state: dict, stage: Stage, device: torch.device, f
     """Process weights (other stages' tensors are meta: shape-only), keep this stage's, free the rest."""
     from hooked.processing.steps import process_state_dict
 
-    state = process_state_dict(model, state, **flags, in_place=True, protected_storages=protected)
+    state, steps = process_state_dict(model.cfg, state, **flags, in_place=True, protected_storages=protected)
+    model.record_weight_processing(steps)
     for name in list(state):
         tensor = state.pop(name)
         if not stage.owns_name(name):

@@ -503,3 +503,18 @@ def test_random_configs_are_invariant_and_idempotent(case):
     finally:
         logging.disable(logging.NOTSET)
     assert_bitwise_equal(state_snapshot(proc), snapshot)
+
+
+def test_processing_returns_weights_and_steps_and_leaves_the_model_alone():
+    """`process_state_dict` is pure: the model's config and modules change only when the model records the steps."""
+    model = make()
+    cfg_before = copy.deepcopy(model.cfg)
+    modules_before = [type(m) for m in model.modules()]
+    flags = dict.fromkeys(FLAGS, True) | {"refactor_factored_attn_matrices": False}
+    sd, steps = wp.process_state_dict(model.cfg, model.state_dict(), **flags)
+    assert steps == ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
+    assert model.cfg == cfg_before and [type(m) for m in model.modules()] == modules_before
+    assert "blocks.0.ln1.w" not in sd and "blocks.0.ln1.w" in model.state_dict()  # folded into the readers
+    model.record_weight_processing(steps)
+    assert model.cfg.normalization_type == "LNPre" and model.cfg.weight_processing == steps
+    assert type(model.blocks[0].ln1).__name__ == "LayerNormPre" and set(model.state_dict()) == set(sd)
