@@ -91,21 +91,34 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         default_padding_side: padding used when a call does not choose one ("right" or "left").
     """
 
-    def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):  # noqa: C901 (split with the seams work, #41)
+    def __init__(self, cfg, tokenizer=None, move_to_device: bool = True, default_padding_side: str = "right"):
         super().__init__()
         self.cfg = cfg = HookedTransformerConfig.unwrap(cfg)
         if cfg.positional_embedding_type == "relative_positional_bias":  # T5's: only the encoder-decoder has it
             raise ConfigError("relative_positional_bias is T5's position scheme: build a HookedEncoderDecoder")
+        self._attach_tokenizer(tokenizer, default_padding_side)
+        self._build_modules(cfg)
+        self.forward_state: ForwardState | None = None
+        if cfg.init_weights:
+            self.init_weights()
+        self._place_on_device(move_to_device)
+        self.setup()
+
+    def _attach_tokenizer(self, tokenizer, default_padding_side: str) -> None:
+        """The given tokenizer, or the config's `tokenizer_name`; without one, `cfg.d_vocab` must be set."""
         self.tokenizer = None
         self.default_padding_side = default_padding_side
-        if tokenizer is None and cfg.tokenizer_name is not None:
+        if tokenizer is None and self.cfg.tokenizer_name is not None:
             from hooked.loading import load_tokenizer
 
-            tokenizer = load_tokenizer(cfg.tokenizer_name)
+            tokenizer = load_tokenizer(self.cfg.tokenizer_name)
         if tokenizer is not None:
             self.set_tokenizer(tokenizer, default_padding_side)
-        if cfg.d_vocab == -1:
+        if self.cfg.d_vocab == -1:
             raise InputError("cfg.d_vocab is -1 and no tokenizer was given: set d_vocab or pass a tokenizer")
+
+    def _build_modules(self, cfg: HookedTransformerConfig) -> None:
+        """embed -> (pos_embed) -> blocks -> ln_final -> unembed, and the hook points between them."""
         self.embed = Embed(cfg)
         if cfg.d_per_layer_input:  # Gemma 3n/4: an input of its own for every layer
             self.per_layer_embed = PerLayerEmbed(cfg)
@@ -120,11 +133,6 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
         if cfg.normalization_type is not None:
             self.ln_final = make_norm(cfg, final_norm_kind(cfg))
         self.unembed = Unembed(cfg)
-        self.forward_state: ForwardState | None = None
-        if cfg.init_weights:
-            self.init_weights()
-        self._place_on_device(move_to_device)
-        self.setup()
 
     # -- construction ----------------------------------------------------------------
     def init_weights(self) -> None:
@@ -244,14 +252,26 @@ class HookedTransformer(TokenizerMixin, WeightViewsMixin, WeightProcessingMixin,
             return cls.placement_loader("pipeline")(model_name, options=options)
         return load_pretrained(cls, model_name, options)
 
+    # A variant that a config calls for registers itself (`hooked.models.vision_language`): loading
+    # asks `model_class_for(cfg)`, so the base class never imports its variants.
+    _variants: ClassVar[list[tuple[Callable[[HookedTransformerConfig], bool], type[HookedTransformer]]]] = []
+
+    @classmethod
+    def register_variant(
+        cls, needed_for: Callable[[HookedTransformerConfig], bool], model_class: type[HookedTransformer]
+    ) -> None:
+        """Let `model_class_for(cfg)` answer `model_class` for configs where `needed_for(cfg)` holds."""
+        HookedTransformer._variants.append((needed_for, model_class))
+
     @classmethod
     def model_class_for(cls, cfg: HookedTransformerConfig) -> type[HookedTransformer]:
-        """The class that builds a model of `cfg`: an image-text config needs `HookedVisionLanguageModel`."""
-        if cfg.vision_language is None or cls is not HookedTransformer:
-            return cls
-        from hooked.models.vision_language import HookedVisionLanguageModel
-
-        return HookedVisionLanguageModel
+        """The class that builds a model of `cfg`: a registered variant it needs (an image-text config:
+        `HookedVisionLanguageModel`), else this class."""
+        if cls is HookedTransformer:
+            for needed_for, model_class in HookedTransformer._variants:
+                if needed_for(cfg):
+                    return model_class
+        return cls
 
     @classmethod
     def from_pretrained_no_processing(cls, model_name: str, **kwargs) -> HookedTransformer:

@@ -437,6 +437,10 @@ class HookedVisionLanguageModel(HookedTransformer):
             self.vcfg.vision.dtype, self.vcfg.vision.device = self.cfg.dtype, self.cfg.device
 
 
+# an image-text config loads as this class (`HookedTransformer.from_pretrained` asks `model_class_for`)
+HookedTransformer.register_variant(lambda cfg: cfg.vision_language is not None, HookedVisionLanguageModel)
+
+
 def image_blocks(is_image: Bool[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, "batch pos"]:
     """Gemma 3's bidirectional blocks: each run of consecutive image tokens is one block (its id), text is -1."""
     previous = torch.nn.functional.pad(is_image, (1, 0))[:, :-1]  # [batch, pos]: the token before is an image's

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from jaxtyping import Float
@@ -427,39 +427,45 @@ def refactor_factored_attn_matrices(sd: StateDict, cfg: HookedTransformerConfig,
 # -- the pipeline ------------------------------------------------------------------------------
 
 
-def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, int]:  # noqa: C901 (split with the seams work, #41)
+_W, _I, _D = logging.WARNING, logging.INFO, logging.DEBUG
+_NORM_STEPS = STEPS[:3]  # fold_ln, center_writing_weights, center_unembed
+#: `(steps, applies(cfg), why the step must not run, log level)`, checked in order.
+_SKIP_RULES: tuple[tuple[tuple[str, ...], Callable[[HookedTransformerConfig], bool], str, int], ...] = (
+    (_NORM_STEPS, lambda c: c.positional_embedding_type == "shortformer",
+     "shortformer adds positions after ln1, so the norms cannot be folded or relied on", _W),
+    (STEPS[:2], lambda c: c.is_post_norm,
+     "post-norm models normalize after each sublayer: no reader follows a pre-norm", _W),
+    (("center_unembed",), lambda c: c.output_logits_soft_cap > 0,
+     "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", _W),
+    (("fold_ln",), lambda c: bool(c.laurel_rank),
+     "LAuReL (Gemma 3n) adds ln1's output itself to the residual stream, gain included", _W),
+    (("fold_ln",), lambda c: c.normalization_type is None, "the model has no norms", _D),
+    (("center_writing_weights",), lambda c: not (c.uses_layer_norm and not c.final_rms),
+     "only LayerNorm models (not final_rms) center their residual stream", _D),
+    (("fold_ln",), lambda c: c.uses_moe and c.uses_layer_norm,
+     "a LayerNorm's bias cannot fold into the bias-free experts and router (PhiMoE)", _W),
+    (("fold_value_biases",), lambda c: c.uses_mla,
+     "multi-head latent attention has no value bias after its latent norm", _I),
+    (("fold_value_biases",), lambda c: c.clip_qkv is not None, "clip_qkv clamps v after its bias", _I),
+    (("fold_value_biases",), lambda c: c.use_v_norm, "the values are normalized after their bias (use_v_norm)", _I),
+    (("fold_value_biases",), lambda c: bool(c.attn_sinks),
+     "attention sinks make each pattern row sum to less than 1", _I),
+)  # fmt: skip
+
+
+def skip_reason(cfg: HookedTransformerConfig, step: str) -> tuple[str | None, int]:
     """Why `step` must not run on this model (None if it may), and the log level to say it at.
 
     A step already recorded in `cfg.weight_processing` is skipped, which makes processing
     idempotent. Shortformer and post-norm models keep their norms; a soft-capped output
     is not shift-invariant; centering the residual is exact only if LayerNorms read it.
     """
-    W, D = logging.WARNING, logging.DEBUG
     if step in cfg.weight_processing:
-        return "it was already applied (recorded in cfg.weight_processing)", W
-    if cfg.positional_embedding_type == "shortformer" and step in STEPS[:3]:
-        return "shortformer adds positions after ln1, so the norms cannot be folded or relied on", W
-    if cfg.is_post_norm and step in STEPS[:2]:
-        return "post-norm models normalize after each sublayer: no reader follows a pre-norm", W
-    if step == "center_unembed" and cfg.output_logits_soft_cap > 0:
-        return "output_logits_soft_cap > 0 makes the softmax sensitive to a shift of the logits", W
-    if step == "fold_ln" and cfg.laurel_rank:
-        return "LAuReL (Gemma 3n) adds ln1's output itself to the residual stream, gain included", W
-    if step == "fold_ln" and cfg.normalization_type is None:
-        return "the model has no norms", D
-    if step == "center_writing_weights" and not (cfg.uses_layer_norm and not cfg.final_rms):
-        return "only LayerNorm models (not final_rms) center their residual stream", D
-    if step == "fold_ln" and cfg.uses_moe and cfg.uses_layer_norm:
-        return "a LayerNorm's bias cannot fold into the bias-free experts and router (PhiMoE)", W
-    if step == "fold_value_biases" and cfg.uses_mla:
-        return "multi-head latent attention has no value bias after its latent norm", logging.INFO
-    if step == "fold_value_biases" and cfg.clip_qkv is not None:
-        return "clip_qkv clamps v after its bias", logging.INFO
-    if step == "fold_value_biases" and cfg.use_v_norm:
-        return "the values are normalized after their bias (use_v_norm)", logging.INFO
-    if step == "fold_value_biases" and cfg.attn_sinks:
-        return "attention sinks make each pattern row sum to less than 1", logging.INFO
-    return None, D
+        return "it was already applied (recorded in cfg.weight_processing)", _W
+    for steps, applies, reason, level in _SKIP_RULES:
+        if step in steps and applies(cfg):
+            return reason, level
+    return None, _D
 
 
 def resolve_steps(cfg: HookedTransformerConfig, requested: dict[str, bool]) -> list[str]:

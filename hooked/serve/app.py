@@ -1,4 +1,4 @@
-"""The ASGI application of `hooked serve` (Starlette): its options, its state and its routes.
+"""The ASGI application of `hooked serve` (Starlette): its routes, built over its state (hooked/serve/state.py).
 
 Routes (all but `/health`, `/`, `/login` and `/logout` need a token when auth is on):
 
@@ -26,48 +26,22 @@ import dataclasses
 import json
 import logging
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from hooked.core.errors import HookedError, JobCancelled  # noqa: F401 - importable from here before
 from hooked.serve import costs, endpoints, memory, ops, wire
 from hooked.serve.auth import Auth, parse_tokens
-from hooked.serve.connections import ConnectionLimits
 from hooked.serve.endpoints import POLL_S  # noqa: F401 - importable from here before
 from hooked.serve.scheduler import Job, Scheduler, SchedulerOptions  # noqa: F401 - (Job: as above)
+from hooked.serve.state import ServeOptions, ServeState
 
 logger = logging.getLogger("hooked.serve")
 #: Shares of the memory left after loading the model (`memory.headroom_bytes()`) that the default budgets take.
 REQUEST_SHARE, ANSWER_SHARE, HELD_SHARE = 0.5, 0.25, 0.4
 #: Largest default answer: a course server answers activations, not checkpoints.
 MAX_DEFAULT_ANSWER = 2**30
-
-
-@dataclass
-class ServeOptions:
-    """Everything `hooked serve` configures besides the model and the tokens."""
-
-    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
-    limits: ops.ServeLimits = field(default_factory=ops.ServeLimits)
-    wire: wire.Limits = field(default_factory=wire.Limits)
-    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
-    drain_timeout_s: float = 30.0
-
-
-@dataclass
-class ServeState:
-    """What the endpoints read (`request.app.state.serve`): the model, its limits, the scheduler, auth."""
-
-    model: Any
-    ctx: ops.Context
-    scheduler: Scheduler
-    auth: Auth
-    options: ServeOptions
-    info: dict
-    relay: Any = None
 
 
 def model_info(model, limits: ops.ServeLimits | None = None) -> dict:

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, quote
 
 from starlette.requests import Request
@@ -26,9 +26,7 @@ from hooked.serve import auth as auth_module
 from hooked.serve import ops, pages, wire
 from hooked.serve.answers import TimedResponse, base64_line
 from hooked.serve.scheduler import Job
-
-if TYPE_CHECKING:
-    from hooked.serve.app import ServeState
+from hooked.serve.state import ServeState
 
 logger = logging.getLogger("hooked.serve")
 POLL_S = 0.02
