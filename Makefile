@@ -42,9 +42,10 @@ demo: runtime
 # loads the bundled models once); `make test TEST_WORKERS=0` runs them in the process itself.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 4 ? 4 : n )))
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+# each process ends with its 15 slowest tests: where the suite's time goes, in every CI log
 test: venv lint
-	HOOKED_TYPECHECK=1 $(PYTEST)
-	HOOKED_TYPECHECK=0 $(PYTEST)
+	HOOKED_TYPECHECK=1 $(PYTEST) --durations=15
+	HOOKED_TYPECHECK=0 $(PYTEST) --durations=15
 
 LINT_PATHS := hooked components loading tests benchmarks setup.py .ci
 
