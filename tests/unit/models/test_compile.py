@@ -2,13 +2,17 @@
 
 Compiling is slow on a small CPU, so the unmarked tests use dynamo's "eager" backend (the
 graph is captured and run op by op: graph breaks and recompiles are exactly those of
-inductor, the numbers bitwise eager's wherever the same ops run) on two families; inductor's
-kernels and the sweep over every family are `slow`. Eagerly, `vocab_projection` projects 2 to
+inductor, the numbers bitwise eager's wherever the same ops run) on two families; the sweep over
+every family and inductor's kernels (over `INDUCTOR_SWEEP`, the families that together hold every
+op kind) are `slow`. Eagerly, `vocab_projection` projects 2 to
 15 positions in BLAS's transposed orientation, which a graph never takes: there the float32
 logits may differ in the last bit, so the inputs below unembed 1 or at least 16 positions.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import numbers
 
 import pytest
 import torch
@@ -28,6 +32,58 @@ SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in
 #: renormalisation) and attend as OLMo and Qwen3 do. The graph test below still takes every family.
 SAME_OPS = {"olmoe", "qwen3_moe"}
 DISTINCT_SWEEP = [p for p in SWEEP if p.values[0] not in SAME_OPS]
+#: The inductor sweep compiles the fewest families that together hold every op kind any family has (`op_kinds`:
+#: each component class, and each configuration switch's setting): inductor's kernels are a function of the ops
+#: and their settings, and the eager-backend test above still traces every family. Each family here is the only
+#: one with some kind (its comment names one); `test_the_inductor_sweep_covers_every_op_kind` keeps it so when a
+#: family is added.
+INDUCTOR_SWEEP = [
+    "apertus",  # xIELU
+    "bloom",  # ALiBi, the post-embedding LayerNorm, Bloom's gelu
+    "cohere",  # LayerNorm without bias, per-head qk-norm
+    "deepseek_v2",  # multi-head latent attention, group-limited routing
+    "falcon_multi_query",  # multi-query attention, the parallel residual
+    "gemma3_multimodal",  # the image-text model class around Gemma 3's text blocks
+    "gemma3n",  # AltUp, LAuReL, activation sparsity
+    "gemma4",  # per-layer head shapes, the layer scalar
+    "glm_moe_dsa",  # DeepSeek sparse attention's indexer
+    "gpt_neo",  # unscaled attention scores in float32, gelu_new
+    "gpt_oss",  # attention sinks, clamped SwiGLU experts
+    "granitemoe",  # top-k softmax router, residual multiplier
+    "hunyuan",  # qk-norm after rotary
+    "mixtral",  # the sparse MoE block
+    "mpt",  # ALiBi's bias maximum
+    "olmo",  # non-parametric LayerNorm
+    "olmo2",  # post-sublayer norms, full-width qk-norm
+    "opt",  # relu
+    "phimoe",  # sparsemixer routing
+    "qwen2_moe",  # the shared expert
+    "smollm3",  # layers without rotary
+]
+_NOT_A_SWITCH = {  # names, sizes and bookkeeping: no op or setting of one
+    "model_name", "tokenizer_name", "original_architecture", "device", "seed", "dtype", "initializer_range",
+    "checkpoint_index", "checkpoint_label", "checkpoint_value", "tokenizer_prepends_bos", "default_prepend_bos",
+    "from_checkpoint", "weight_processing", "init_weights", "init_mode", "eps",
+}  # fmt: skip
+
+
+def op_kinds(m) -> set[str]:
+    """What a compiled forward of `m` is made of: its component classes and each configuration switch's setting
+    (a flag or a name as it is, a number or a list as zero/empty or set; sizes `d_*`/`n_*` are left out)."""
+    kinds = {f"module {type(module).__name__}" for module in m.modules()}
+    for f in dataclasses.fields(m.cfg):
+        if f.name.startswith(("d_", "n_")) or f.name in _NOT_A_SWITCH:
+            continue
+        value = getattr(m.cfg, f.name)
+        if isinstance(value, (bool, str)) or value is None:
+            kinds.add(f"{f.name}={value}")
+        elif isinstance(value, numbers.Number):
+            kinds.add(f"{f.name}={'0' if value == 0 else 'set'}")
+        elif isinstance(value, (tuple, list)):
+            kinds.add(f"{f.name}={'empty' if not value else 'set'}")
+        else:
+            kinds.add(f"{f.name}: {type(value).__name__}")
+    return kinds
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +126,23 @@ def test_compiled_forward_equals_eager_and_is_one_graph(family):
         assert counter.graphs == 1
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in EVERY_FAMILY if f not in SAME_OPS])
+def uncovered(kinds: dict[str, set[str]], sweep: list[str]) -> dict[str, list[str]]:
+    """The op kinds no family of `sweep` has, each with the families that have it."""
+    covered = set().union(*(kinds[f] for f in sweep))
+    return {k: sorted(f for f in kinds if k in kinds[f]) for k in sorted(set().union(*kinds.values()) - covered)}
+
+
+def test_the_inductor_sweep_covers_every_op_kind():
+    kinds = {family: op_kinds(model(family)) for family in EVERY_FAMILY}
+    missing = uncovered(kinds, INDUCTOR_SWEEP)
+    assert not missing, f"no family of INDUCTOR_SWEEP has these op kinds (add one of their families): {missing}"
+    redundant = [f for f in INDUCTOR_SWEEP if not uncovered(kinds, [g for g in INDUCTOR_SWEEP if g != f])]
+    assert not redundant, f"INDUCTOR_SWEEP's other families have every op kind of {redundant}: drop them"
+    planted = {**kinds, "planted": {"module PlantedAttention"}}
+    assert uncovered(planted, INDUCTOR_SWEEP) == {"module PlantedAttention": ["planted"]}
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in INDUCTOR_SWEEP])
 def test_inductor_logits_within_tolerance(family):
     """Inductor's fused kernels reorder float32 sums: logits agree to 1e-4 absolute (see docs/compiled.md)."""
     m, toks = model(family), tokens()
