@@ -30,6 +30,9 @@ editing `hook_expert_indices` forces experts (their weights are read from the pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -133,6 +136,21 @@ class MoE(nn.Module):
 
     def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         indices, weights = self.route(x)
+        if torch.compiler.is_compiling():
+            # How many tokens each expert gets is data: traced, every routing pattern would be a graph of its own
+            # (a recompile per decode step). Run eagerly, the router before it and the block after it compile once.
+            # (Disabled here, not by a decorator: that would import dynamo, a second, with `hooked`.)
+            eager = cast("Callable[..., torch.Tensor]", torch.compiler.disable(self.dispatch, reason="MoE dispatch"))
+            return eager(x, indices, weights)
+        return self.dispatch(x, indices, weights)
+
+    def dispatch(
+        self,
+        x: Float[torch.Tensor, "batch pos d_model"],
+        indices: Int[torch.Tensor, "batch pos k"],
+        weights: Float[torch.Tensor, "batch pos k"],
+    ) -> Float[torch.Tensor, "batch pos d_model"]:
+        """Run each expert once on the tokens routed to it and mix their outputs by the routing weights."""
         flat = x.reshape(-1, x.shape[-1])  # [tokens, d_model]
         slots = indices.reshape(-1)  # [tokens * k]: slot s belongs to token s // k
         order = slots.argsort(stable=True)  # slots grouped by expert, tokens ascending within each

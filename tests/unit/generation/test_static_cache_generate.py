@@ -1,7 +1,9 @@
 """`generate(..., cache_implementation="static")`: the same tokens as the default cache, compiled or not.
 
 Unmarked tests compile with dynamo's "eager" backend (traced, run op by op: quick, and the
-graph count is inductor's); inductor itself and the sweep over every family are `slow`.
+graph count is inductor's); inductor itself and the sweeps over the families are `slow`. The static
+cache runs eagerly on every family; compiled, its decode step is the forward's ops plus the cache's
+writes, which follow the attention's module class, so it is traced on the op-kind cover.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from hooked.core.errors import InputError
 from hooked.core.utils import at_steps
 from hooked.generation.static_cache import AddVector, StaticCacheOptions, compile_safe
 from tests.tiny_models import EVERY_FAMILY, hooked_from
-from tests.unit.models.test_compile import DISTINCT_SWEEP, MOE, GraphCounter, fresh_dynamo, tokens  # noqa: F401  (autouse fixture)
+from tests.unit.models.test_compile import (  # noqa: F401  (fresh_dynamo: an autouse fixture)
+    FAST,
+    MOE,
+    OP_KIND_COVER,
+    SWEEP,
+    GraphCounter,
+    fresh_dynamo,
+    tokens,
+)
 
 # the runtime shape checks' wrappers would break the compiled decode step's graph (tests/README.md)
 pytestmark = pytest.mark.unchecked
@@ -49,13 +59,23 @@ def assert_same_generation(a, b):
 TIE_DEPENDENT = {"glm_moe_dsa"}
 
 
-@pytest.mark.parametrize("family", [p for p in DISTINCT_SWEEP if p.values[0] not in TIE_DEPENDENT])
-def test_static_equals_dynamic_eager_and_compiled(family):
+@pytest.mark.parametrize("family", [p for p in SWEEP if p.values[0] not in TIE_DEPENDENT])
+def test_static_equals_dynamic(family):
     m = model(family)
     toks, mask = padded_prompt()
     expected = m.generate(toks, attention_mask=mask, **GREEDY)
     eager = m.generate(toks, attention_mask=mask, cache_implementation="static", compile=False, **GREEDY)
     assert_same_generation(eager, expected)
+
+
+COMPILED_SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in [*FAST, *OP_KIND_COVER]]
+
+
+@pytest.mark.parametrize("family", [p for p in COMPILED_SWEEP if p.values[0] not in TIE_DEPENDENT])
+def test_compiled_static_decode_equals_eager_static(family):
+    m = model(family)
+    toks, mask = padded_prompt()
+    eager = m.generate(toks, attention_mask=mask, cache_implementation="static", compile=False, **GREEDY)
     counter = GraphCounter()
     options = StaticCacheOptions(backend=counter)
     compiled = m.generate(
@@ -71,9 +91,9 @@ def test_static_equals_dynamic_eager_and_compiled(family):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["llama_gqa", "gpt2"])
-def test_static_inductor_greedy_tokens_identical(family):
-    m = model(family)
+def test_static_inductor_greedy_tokens_identical():
+    """Inductor's kernels for the ops are the forward's (tests/unit/models/test_compile.py); here, its decode step."""
+    m = model()
     toks, mask = padded_prompt()
     expected = m.generate(toks, attention_mask=mask, **GREEDY)
     compiled = m.generate(toks, attention_mask=mask, cache_implementation="static", compile=True, **GREEDY)

@@ -3,7 +3,7 @@
 Compiling is slow on a small CPU, so the unmarked tests use dynamo's "eager" backend (the
 graph is captured and run op by op: graph breaks and recompiles are exactly those of
 inductor, the numbers bitwise eager's wherever the same ops run) on two families; the sweep over
-every family and inductor's kernels (over `INDUCTOR_SWEEP`, the families that together hold every
+every family and inductor's kernels (over `OP_KIND_COVER`, the families that together hold every
 op kind) are `slow`. Eagerly, `vocab_projection` projects 2 to
 15 positions in BLAS's transposed orientation, which a graph never takes: there the float32
 logits may differ in the last bit, so the inputs below unembed 1 or at least 16 positions.
@@ -27,17 +27,13 @@ FAST = ["llama_gqa", "gpt2"]
 MOE = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe", "gpt_oss"}
 MOE |= {"deepseek_v2", "deepseek_v3", "glm_moe_dsa", "glm4_moe", "phimoe", "granitemoe"}  # issue 37
 SWEEP = [pytest.param(f, marks=[] if f in FAST else [pytest.mark.slow]) for f in EVERY_FAMILY]
-#: The inductor sweep and the static cache's compiled-decode sweep leave out families whose ops another swept
-#: family already has: OLMoE and Qwen3-MoE route as Mixtral does (softmax top-k; OLMoE only skips the
-#: renormalisation) and attend as OLMo and Qwen3 do. The graph test below still takes every family.
-SAME_OPS = {"olmoe", "qwen3_moe"}
-DISTINCT_SWEEP = [p for p in SWEEP if p.values[0] not in SAME_OPS]
-#: The inductor sweep compiles the fewest families that together hold every op kind any family has (`op_kinds`:
-#: each component class, and each configuration switch's setting): inductor's kernels are a function of the ops
-#: and their settings, and the eager-backend test above still traces every family. Each family here is the only
-#: one with some kind (its comment names one); `test_the_inductor_sweep_covers_every_op_kind` keeps it so when a
-#: family is added.
-INDUCTOR_SWEEP = [
+#: The fewest families that together hold every op kind any family has (`op_kinds`: each component class, and
+#: each configuration switch's setting). Inductor's kernels are a function of the ops and their settings, so the
+#: inductor sweep below compiles these, and the static cache's compiled decode step
+#: (tests/unit/generation/test_static_cache_generate.py) traces these; the eager-backend graph test above still
+#: traces every family. Each family here is the only one with some kind (its comment names one);
+#: `test_the_op_kind_cover_holds_every_op_kind` keeps it so when a family is added.
+OP_KIND_COVER = [
     "apertus",  # xIELU
     "bloom",  # ALiBi, the post-embedding LayerNorm, Bloom's gelu
     "cohere",  # LayerNorm without bias, per-head qk-norm
@@ -132,17 +128,17 @@ def uncovered(kinds: dict[str, set[str]], sweep: list[str]) -> dict[str, list[st
     return {k: sorted(f for f in kinds if k in kinds[f]) for k in sorted(set().union(*kinds.values()) - covered)}
 
 
-def test_the_inductor_sweep_covers_every_op_kind():
+def test_the_op_kind_cover_holds_every_op_kind():
     kinds = {family: op_kinds(model(family)) for family in EVERY_FAMILY}
-    missing = uncovered(kinds, INDUCTOR_SWEEP)
-    assert not missing, f"no family of INDUCTOR_SWEEP has these op kinds (add one of their families): {missing}"
-    redundant = [f for f in INDUCTOR_SWEEP if not uncovered(kinds, [g for g in INDUCTOR_SWEEP if g != f])]
-    assert not redundant, f"INDUCTOR_SWEEP's other families have every op kind of {redundant}: drop them"
+    missing = uncovered(kinds, OP_KIND_COVER)
+    assert not missing, f"no family of OP_KIND_COVER has these op kinds (add one of their families): {missing}"
+    redundant = [f for f in OP_KIND_COVER if not uncovered(kinds, [g for g in OP_KIND_COVER if g != f])]
+    assert not redundant, f"OP_KIND_COVER's other families have every op kind of {redundant}: drop them"
     planted = {**kinds, "planted": {"module PlantedAttention"}}
-    assert uncovered(planted, INDUCTOR_SWEEP) == {"module PlantedAttention": ["planted"]}
+    assert uncovered(planted, OP_KIND_COVER) == {"module PlantedAttention": ["planted"]}
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in INDUCTOR_SWEEP])
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.slow) for f in OP_KIND_COVER])
 def test_inductor_logits_within_tolerance(family):
     """Inductor's fused kernels reorder float32 sums: logits agree to 1e-4 absolute (see docs/compiled.md)."""
     m, toks = model(family), tokens()
@@ -161,6 +157,19 @@ def test_no_recompile_when_only_the_length_changes():
             toks = tokens(n, batch=4)  # >= 16 positions: eager and compiled take the same vocabulary product
             assert torch.equal(m(toks), m.forward(toks))  # model.compile() compiles calls; .forward stays eager
     assert counter.graphs == 2  # the first length, then one graph with a symbolic length (dynamic=None)
+
+
+def test_no_recompile_when_only_the_routing_changes():
+    """MoE dispatch runs eagerly under compile: new expert counts are no new graphs."""
+    m, counter = model("mixtral"), GraphCounter()
+    m.compile(backend=counter)
+    with torch.no_grad():
+        m(tokens(1, batch=1, seed=0))
+        first = counter.graphs
+        for seed in range(1, 6):  # one token, as a decode step: other tokens pick other experts (counts 0 or 1)
+            toks = tokens(1, batch=1, seed=seed)
+            assert torch.equal(m(toks), m.forward(toks))
+    assert counter.graphs == first
 
 
 def test_mark_dynamic_compiles_once():
