@@ -33,6 +33,7 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -121,53 +122,82 @@ def gguf_to_hf_checkpoint(
 
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     steps = tqdm(total=5, desc=f"GGUF -> HF ({gguf_file.name})", unit="step", disable=not progress)
-    try:
-        steps.set_postfix_str("config")
-        check_gguf_header(gguf_file)
-        with _corrupt_file_errors(gguf_file):
-            config, model_cls = _read_config(gguf_file)
-        steps.update()
+    with _one_reader_per_file():
+        try:
+            steps.set_postfix_str("config")
+            check_gguf_header(gguf_file)
+            with _corrupt_file_errors(gguf_file):
+                config, model_cls = _read_config(gguf_file)
+            steps.update()
 
-        steps.set_postfix_str("dequantise weights")
-        with _corrupt_file_errors(gguf_file), _transformers_progress(progress):
-            state_dict = _read_state_dict(gguf_file, config, model_cls)
-        steps.update()
+            steps.set_postfix_str("dequantise weights")
+            with _corrupt_file_errors(gguf_file), _transformers_progress(progress):
+                state_dict = _read_state_dict(gguf_file, config, model_cls)
+            steps.update()
 
-        steps.set_postfix_str("write model.safetensors")
-        _write_model(tmp_dir, config, state_dict)
-        del state_dict
-        steps.update()
+            steps.set_postfix_str("write model.safetensors")
+            _write_model(tmp_dir, config, state_dict)
+            del state_dict
+            steps.update()
 
-        steps.set_postfix_str("tokenizer")
-        tokenizer_info = _write_tokenizer(
-            gguf_file, tmp_dir, max_length=getattr(config, "max_position_embeddings", None)
-        )
-        steps.update()
+            steps.set_postfix_str("tokenizer")
+            tokenizer_info = _write_tokenizer(
+                gguf_file, tmp_dir, max_length=getattr(config, "max_position_embeddings", None)
+            )
+            steps.update()
 
-        steps.set_postfix_str("finalise")
-        marker = {
-            "format_version": CONVERSION_FORMAT_VERSION,
-            "source_gguf": gguf_file.name,
-            "source_size_bytes": gguf_file.stat().st_size,
-            "architectures": list(config.architectures or ()),  # (_read_config sets them)
-            "dtype": "float32",
-            "tokenizer": tokenizer_info,
-            "transformers_version": _transformers_version(),
-            "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "conversion_seconds": round(time.perf_counter() - start, 2),
-        }
-        # The marker is the last file written: a directory without it is not a checkpoint.
-        _write_json(tmp_dir / CONVERSION_MARKER, marker)
-        _replace_dir(tmp_dir, out_dir)
-        steps.update()
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
-    finally:
-        steps.close()
+            steps.set_postfix_str("finalise")
+            marker = {
+                "format_version": CONVERSION_FORMAT_VERSION,
+                "source_gguf": gguf_file.name,
+                "source_size_bytes": gguf_file.stat().st_size,
+                "architectures": list(config.architectures or ()),  # (_read_config sets them)
+                "dtype": "float32",
+                "tokenizer": tokenizer_info,
+                "transformers_version": _transformers_version(),
+                "converted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "conversion_seconds": round(time.perf_counter() - start, 2),
+            }
+            # The marker is the last file written: a directory without it is not a checkpoint.
+            _write_json(tmp_dir / CONVERSION_MARKER, marker)
+            _replace_dir(tmp_dir, out_dir)
+            steps.update()
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        finally:
+            steps.close()
 
     logger.debug("Wrote %s in %.1f s", out_dir, time.perf_counter() - start)
     return out_dir
+
+
+@contextlib.contextmanager
+def _one_reader_per_file():
+    """Parse each GGUF file once while converting it.
+
+    transformers reads the file three times (the config, the tokenizer, the weights), each with a new
+    `gguf.GGUFReader`, and parsing the metadata of a large vocabulary (Gemma 3's 262,144 tokens) takes seconds
+    each time. The readers only read, so the three share one.
+    """
+    import gguf
+
+    make_reader = gguf.GGUFReader
+    readers: dict[str, gguf.GGUFReader] = {}
+
+    def shared(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> gguf.GGUFReader:
+        if args or kwargs:  # another mode than reading: not shared
+            return make_reader(path, *args, **kwargs)
+        key = os.fspath(path)
+        if key not in readers:
+            readers[key] = make_reader(path)
+        return readers[key]
+
+    gguf.GGUFReader = shared  # transformers imports the name from `gguf` at each call
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = make_reader
 
 
 @contextlib.contextmanager
