@@ -31,6 +31,7 @@ import os
 import shutil
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -172,17 +173,20 @@ def gguf_to_hf_checkpoint(
     return out_dir
 
 
+_SHARED_READER_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _one_reader_per_file():
     """Parse each GGUF file once while converting it.
 
     transformers reads the file three times (the config, the tokenizer, the weights), each with a new
     `gguf.GGUFReader`, and parsing the metadata of a large vocabulary (Gemma 3's 262,144 tokens) takes seconds
-    each time. The readers only read, so the three share one.
+    each time. The readers only read, so the three share one. The swap of `gguf.GGUFReader` is process-wide, so
+    conversions in one process take turns (a second thread would otherwise restore the wrong function).
     """
     import gguf
 
-    make_reader = gguf.GGUFReader
     readers: dict[str, gguf.GGUFReader] = {}
 
     def shared(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> gguf.GGUFReader:
@@ -193,11 +197,13 @@ def _one_reader_per_file():
             readers[key] = make_reader(path)
         return readers[key]
 
-    gguf.GGUFReader = shared  # transformers imports the name from `gguf` at each call
-    try:
-        yield
-    finally:
-        gguf.GGUFReader = make_reader
+    with _SHARED_READER_LOCK:  # read the original only once no other conversion has it swapped
+        make_reader = gguf.GGUFReader
+        gguf.GGUFReader = shared  # transformers imports the name from `gguf` at each call
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = make_reader
 
 
 @contextlib.contextmanager
