@@ -8,7 +8,10 @@ import importlib
 import importlib.metadata
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 import hooked
 import hooked.components
@@ -74,3 +77,16 @@ def test_the_test_process_sees_the_package_as_users_do():
             raise AssertionError(f"`import {name}` works in the test process: the checkout is on sys.path")
     assert hooked.loading.__name__ == "hooked.loading" and hooked.components.__name__ == "hooked.components"
     assert not [entry for entry in sys.path if Path(entry or ".").resolve() == REPO]
+
+
+def test_dev_installs_every_other_extra():
+    """`[dev]` writes the other extras' requirements out again (`make test` runs what each enables): none may drift."""
+    extras = defaultdict(set)  # extra -> its requirements, as the installed distribution declares them
+    for line in importlib.metadata.requires("hooked") or ():
+        req = Requirement(line)
+        for name in importlib.metadata.metadata("hooked").get_all("Provides-Extra") or ():
+            if req.marker is not None and req.marker.evaluate({"extra": name}):
+                extras[name].add(str(Requirement(line.split(";")[0])))
+    dev = extras.pop("dev")
+    missing = {name: sorted(reqs - dev) for name, reqs in extras.items() if reqs - dev}
+    assert not missing, f"add these to the dev extra in pyproject.toml: {missing}"
