@@ -1,8 +1,8 @@
 """`generate(..., cache_implementation="static")`: the same tokens as the default cache, compiled or not.
 
 Unmarked tests compile with dynamo's "eager" backend (traced, run op by op: quick, and the
-graph count is inductor's); inductor itself and the sweeps over the families are `slow`. The static
-cache runs eagerly on every family; compiled, its decode step is the forward's ops plus the cache's
+graph count is inductor's); inductor itself and the compiled sweep are `slow`. The static cache
+runs eagerly on every family (unmarked: quick); compiled, its decode step is the forward's ops plus the cache's
 writes, which follow the attention's module class, so it is traced on the op-kind cover.
 """
 
@@ -21,7 +21,6 @@ from tests.unit.models.test_compile import (  # noqa: F401  (fresh_dynamo: an au
     FAST,
     MOE,
     OP_KIND_COVER,
-    SWEEP,
     GraphCounter,
     fresh_dynamo,
     tokens,
@@ -59,7 +58,7 @@ def assert_same_generation(a, b):
 TIE_DEPENDENT = {"glm_moe_dsa"}
 
 
-@pytest.mark.parametrize("family", [p for p in SWEEP if p.values[0] not in TIE_DEPENDENT])
+@pytest.mark.parametrize("family", [f for f in EVERY_FAMILY if f not in TIE_DEPENDENT])  # eager: quick, unmarked
 def test_static_equals_dynamic(family):
     m = model(family)
     toks, mask = padded_prompt()
